@@ -1,0 +1,57 @@
+# ncclwatch developer targets. `make test` is the one command CI runs
+# (.ci/run): it installs and starts a real Kafka broker and a real ClickHouse
+# server on loopback (deploy/local/), runs vet, the race-enabled unit and
+# integration tests and a short fuzz smoke run, then stops the servers.
+
+GO        ?= go
+FUZZTIME  ?= 10s
+KAFKA_PORT ?= 19092
+KAFKA_CONTROLLER_PORT ?= 19093
+CLICKHOUSE_PORT ?= 19000
+CLICKHOUSE_HTTP_PORT ?= 18123
+export KAFKA_PORT KAFKA_CONTROLLER_PORT CLICKHOUSE_PORT CLICKHOUSE_HTTP_PORT
+
+# Integration tests find the servers through these.
+export NCCLWATCH_TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
+export NCCLWATCH_TEST_CLICKHOUSE ?= 127.0.0.1:$(CLICKHOUSE_PORT)
+
+.PHONY: all build test unit vet fuzz services-start services-stop bench demo
+
+all: build
+
+build:
+	$(GO) build -o bin/ncclwatch ./cmd/ncclwatch
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+# unit runs the tests that need no server.
+unit: vet
+	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= $(GO) test -race -count=1 ./...
+
+fuzz:
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzStripPrefix$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+
+services-start:
+	deploy/local/kafka.sh start
+	deploy/local/clickhouse.sh start
+
+services-stop:
+	-deploy/local/kafka.sh stop
+	-deploy/local/clickhouse.sh stop
+
+# test: the whole suite against real servers; the servers are stopped
+# whatever the outcome.
+test: vet
+	@$(MAKE) --no-print-directory services-start
+	@status=0; \
+	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
+	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
+	$(MAKE) --no-print-directory services-stop; \
+	exit $$status
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./parsers/ ./pipeline/ ./cmd/ncclwatch/

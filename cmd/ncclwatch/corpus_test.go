@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// expected is one entry of testdata/corpus/EXPECTED.json (fields explained
+// in testdata/corpus/README.md).
+type expected struct {
+	NCCLVersion  *string  `json:"nccl_version"`
+	VersionSkew  bool     `json:"version_skew"`
+	Network      *string  `json:"network"`
+	NetworkClass *string  `json:"network_class"`
+	Fabric       *string  `json:"fabric"`
+	GDR          *bool    `json:"gdr"`
+	MultiNode    *bool    `json:"multi_node"`
+	NNodes       *int     `json:"nnodes"`
+	NRanks       *int     `json:"nranks"`
+	Intra        []string `json:"intra"`
+	Fallback     *bool    `json:"fallback"`
+	Warns        int      `json:"warns"`
+}
+
+func loadExpected(t testing.TB) map[string]expected {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "corpus", "EXPECTED.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]expected
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func scanFile(t testing.TB, path string) scanResult {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := newScanner(pipeline.Expectation{}, 64<<10)
+	if err := s.read(path, f, 0); err != nil {
+		t.Fatal(err)
+	}
+	return s.result()
+}
+
+// TestCorpus checks scan's summary against EXPECTED.json for every real
+// excerpt in testdata/corpus.
+func TestCorpus(t *testing.T) {
+	want := loadExpected(t)
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			w := want[name]
+			got := scanFile(t, filepath.Join("..", "..", "testdata", "corpus", name)).Summary
+			g := expected{NCCLVersion: got.NCCLVersion, VersionSkew: got.VersionSkew, Network: got.Network,
+				NetworkClass: got.NetworkClass, Fabric: got.Fabric, GDR: got.GDR, MultiNode: got.MultiNode,
+				NNodes: got.NNodes, NRanks: got.NRanks, Intra: got.Intra, Fallback: got.Fallback, Warns: got.Warns}
+			if g.Intra == nil {
+				g.Intra = []string{}
+			}
+			if w.Intra == nil {
+				w.Intra = []string{}
+			}
+			gv, wv := reflect.ValueOf(g), reflect.ValueOf(w)
+			for i := 0; i < gv.NumField(); i++ {
+				if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+					t.Errorf("%s = %s; want %s", gv.Type().Field(i).Name, show(gv.Field(i).Interface()), show(wv.Field(i).Interface()))
+				}
+			}
+		})
+	}
+}
+
+func show(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

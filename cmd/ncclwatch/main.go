@@ -1,0 +1,55 @@
+// Command ncclwatch reads the logs of GPU training jobs and tells, for every
+// job, which fabric NCCL really used. Subcommands:
+//
+//	ncclwatch scan [--json] [--expect rdma|tcp|tcpx] [FILE|-]...
+//
+// See README.md for the full list and the exit statuses.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: ncclwatch <command> [flags] [args]
+
+commands:
+  scan     classify NCCL logs from files or stdin and print the verdict
+  version  print the version
+
+Run 'ncclwatch <command> -h' for a command's flags.
+`
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "scan":
+		return runScan(args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "ncclwatch", version)
+		return exitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ncclwatch: unknown command %q\n\n%s", args[0], usage)
+	return exitUsage
+}
+
+// Exit statuses, documented in README.md; scripts rely on them.
+const (
+	exitOK      = 0 // every verdict ok, or no NCCL evidence
+	exitFinding = 1 // some verdict is socket_fallback, gdr_off or degraded
+	exitUsage   = 2 // usage or I/O error
+)

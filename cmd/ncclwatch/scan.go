@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// scanJob is the job name scan gives its whole input.
+const scanJob = "scan"
+
+// scanResult is the document `scan --json` prints; its summary object is a
+// documented contract (README.md, "scan --json").
+type scanResult struct {
+	Communicators []pipeline.CommSummary `json:"communicators"`
+	Summary       pipeline.JobSummary    `json:"summary"`
+	Input         scanInput              `json:"input"`
+}
+
+type scanInput struct {
+	Files     []string `json:"files"`
+	Lines     int64    `json:"lines"`
+	Bytes     int64    `json:"bytes"`
+	NCCLLines int64    `json:"nccl_lines"`
+	Oversized int64    `json:"oversized_lines"`
+	Malformed int64    `json:"malformed_records"`
+}
+
+// scanner runs the shared decode → classify → assemble path over files.
+type scanner struct {
+	dec   *parsers.Decoder
+	proc  *pipeline.Processor
+	max   int
+	input scanInput
+	prog  *progress
+}
+
+func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
+	cfg := pipeline.DefaultAssemblerConfig()
+	cfg.Expect = expect
+	dcfg := parsers.DefaultDecoderConfig()
+	dcfg.MaxLineBytes = maxLine
+	asm := pipeline.NewAssembler(cfg)
+	return &scanner{
+		dec:  parsers.NewDecoder(dcfg),
+		proc: pipeline.NewProcessor(asm, &parsers.Lines{}, func(*pipeline.Record) string { return scanJob }),
+		max:  maxLine,
+	}
+}
+
+// read scans one input. name is shown in errors and progress.
+func (s *scanner) read(name string, r io.Reader, size int64) error {
+	s.input.Files = append(s.input.Files, name)
+	lr := pipeline.NewLineReader(r, s.max)
+	emit := s.proc.Record
+	var n int64
+	for {
+		line, err := lr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := s.dec.Decode(line, emit); err != nil {
+			if errors.Is(err, parsers.ErrOversized) {
+				s.input.Oversized++
+			} else {
+				s.input.Malformed++
+			}
+		}
+		n++
+		if s.prog != nil && n&0xffff == 0 {
+			s.prog.update(name, lr.Offset, size)
+		}
+	}
+	s.dec.Flush(emit)
+	s.input.Oversized += lr.Oversized
+	if s.prog != nil {
+		s.prog.done()
+	}
+	return nil
+}
+
+func (s *scanner) result() scanResult {
+	comms, sum, ok := s.proc.Assembler().Summaries(scanJob)
+	if !ok {
+		sum = pipeline.JobSummary{Verdict: pipeline.VerdictOK, Intra: []string{}, Reasons: []string{"no NCCL evidence"}}
+		comms = []pipeline.CommSummary{}
+	}
+	in := s.input
+	in.Lines = s.proc.Stats.Records
+	in.Bytes = s.proc.Stats.Bytes
+	in.NCCLLines = s.proc.Stats.NCCLLines
+	return scanResult{Communicators: comms, Summary: sum, Input: in}
+}
+
+func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON document (communicators, summary, input)")
+	expectNet := fs.String("expect", "rdma", "network class multi-node jobs should use: rdma, tcp or tcpx")
+	noGDR := fs.Bool("no-gdr-expected", false, "do not report RDMA without GPUDirect RDMA as gdr_off")
+	hcas := fs.Int("hcas", 0, "HCAs each node provides; fewer in use is degraded (0: unknown)")
+	maxLine := fs.Int("max-line-bytes", 64<<10, "skip and count lines longer than this")
+	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	expect := pipeline.Expectation{Network: *expectNet, HCAs: *hcas}
+	if *noGDR {
+		f := false
+		expect.GDR = &f
+	}
+	acfg := pipeline.DefaultAssemblerConfig()
+	acfg.Expect = expect
+	if err := acfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "ncclwatch scan:", strings.Replace(err.Error(), "assembler.expect.network", "--expect", 1))
+		return exitUsage
+	}
+	if *maxLine <= 0 {
+		fmt.Fprintln(stderr, "ncclwatch scan: --max-line-bytes: must be > 0")
+		return exitUsage
+	}
+	s := newScanner(expect, *maxLine)
+	if !*quiet && isTerminal(os.Stderr) {
+		s.prog = &progress{w: stderr, start: time.Now()}
+	}
+	files := fs.Args()
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	for _, name := range files {
+		if name == "-" {
+			if err := s.read("stdin", stdin, 0); err != nil {
+				fmt.Fprintln(stderr, "ncclwatch scan:", err)
+				return exitUsage
+			}
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		var size int64
+		if st, err := f.Stat(); err == nil {
+			size = st.Size()
+		}
+		err = s.read(name, f, size)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+	}
+	res := s.result()
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+	} else {
+		printTable(stdout, res)
+	}
+	if res.Summary.Verdict.Finding() {
+		return exitFinding
+	}
+	return exitOK
+}
+
+// printTable writes the human-readable report.
+func printTable(w io.Writer, res scanResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COMM\tRANKS\tNODES\tNETWORK\tCLASS\tFABRIC\tGDR\tINTRA\tVERDICT")
+	for _, c := range res.Communicators {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.CommID, intOrDash(c.NRanks), intOrDash(c.NNodes),
+			strOrDash(c.Network), c.NetworkClass, strOrDash(c.Fabric), boolOrDash(c.GDR), listOrDash(c.Intra), c.Verdict)
+	}
+	tw.Flush()
+	s := res.Summary
+	fmt.Fprintf(w, "\njob verdict: %s", s.Verdict)
+	if s.Fallback != nil && *s.Fallback {
+		fmt.Fprint(w, " (silent socket fallback)")
+	}
+	fmt.Fprintln(w)
+	for _, r := range s.Reasons {
+		fmt.Fprintln(w, "  -", r)
+	}
+	fmt.Fprintf(w, "nccl version %s, %d WARN lines, %d NCCL lines of %d\n", strOrDash(s.NCCLVersion), s.Warns,
+		res.Input.NCCLLines, res.Input.Lines)
+	if res.Input.Oversized > 0 || res.Input.Malformed > 0 {
+		fmt.Fprintf(w, "skipped: %d oversized lines, %d malformed records\n", res.Input.Oversized, res.Input.Malformed)
+	}
+}
+
+func intOrDash(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func strOrDash(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
+
+func boolOrDash(p *bool) string {
+	if p == nil {
+		return "-"
+	}
+	if *p {
+		return "yes"
+	}
+	return "no"
+}
+
+func listOrDash(l []string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, ",")
+}
+
+// progress draws a progress bar on a terminal for inputs over a few MB.
+type progress struct {
+	w     io.Writer
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+const progressMinBytes = 8 << 20
+
+func (p *progress) update(name string, off, size int64) {
+	if size < progressMinBytes || time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	pct := float64(off) / float64(size)
+	width := 30
+	bar := strings.Repeat("#", int(pct*float64(width))) + strings.Repeat(".", width-int(pct*float64(width)))
+	rate := float64(off) / time.Since(p.start).Seconds() / 1e6
+	fmt.Fprintf(p.w, "\r%s [%s] %3.0f%% %.0f MB/s", name, bar, pct*100, rate)
+	p.drawn = true
+}
+
+func (p *progress) done() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

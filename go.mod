@@ -1,0 +1,3 @@
+module github.com/ncclwatch/ncclwatch
+
+go 1.26

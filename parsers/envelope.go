@@ -1,0 +1,1187 @@
+package parsers
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// Errors returned by Decoder.Decode. They are returned wrapped with detail;
+// test them with errors.Is. Both leave the decoder usable: the record is
+// dropped and the next one is decoded normally.
+var (
+	// ErrOversized reports a line longer than DecoderConfig.MaxLineBytes
+	// (after joining partial records). Nothing is emitted for it.
+	ErrOversized = errors.New("line exceeds max_line_bytes")
+	// ErrMalformed reports a record that looks like a JSON object but does
+	// not parse, in strict mode only.
+	ErrMalformed = errors.New("malformed record")
+)
+
+// Envelope is the kind of wrapper a record arrived in.
+type Envelope uint8
+
+// The envelopes a Decoder recognises.
+const (
+	// EnvelopeRaw is a plain text line (also any JSON object the decoder
+	// does not know, and, outside strict mode, anything that fails to parse).
+	EnvelopeRaw Envelope = iota
+	// EnvelopeFluentBit is a JSON object written by Fluent Bit: the text in
+	// "log" or "message", usually with "kubernetes" metadata.
+	EnvelopeFluentBit
+	// EnvelopeDocker is a Docker json-file line: only "log", "stream",
+	// "time" (and "attrs").
+	EnvelopeDocker
+	// EnvelopeCRI is a CRI (containerd, CRI-O) log line:
+	// "<RFC3339Nano> stdout|stderr F|P <text>".
+	EnvelopeCRI
+)
+
+// String returns the envelope's name as used in metrics and logs.
+func (e Envelope) String() string {
+	switch e {
+	case EnvelopeRaw:
+		return "raw"
+	case EnvelopeFluentBit:
+		return "fluent-bit"
+	case EnvelopeDocker:
+		return "docker"
+	case EnvelopeCRI:
+		return "cri"
+	}
+	return "envelope(" + strconv.Itoa(int(e)) + ")"
+}
+
+const (
+	// defaultMaxLineBytes: NCCL lines are well under 1 KiB, the longest
+	// real ones (channel lists of large jobs, topology dumps) a few KiB;
+	// Docker splits lines at 16 KiB, so 64 KiB still joins four partial
+	// records while bounding what one bad stream can make us buffer.
+	defaultMaxLineBytes = 64 << 10
+	// maxMaxLineBytes bounds the setting itself so that a typo cannot turn
+	// the cap into "unbounded".
+	maxMaxLineBytes = 1 << 30
+	// maxJSONDepth matches encoding/json's nesting limit, so the two agree on
+	// which documents are valid.
+	maxJSONDepth = 10000
+	// maxMetaEntries bounds the metadata cache: one entry per distinct
+	// container seen, cleared when full.
+	maxMetaEntries = 4096
+	// maxMetaKeyBytes: a "kubernetes" object larger than this (huge
+	// annotations) is not cached; its Meta is built for every record.
+	maxMetaKeyBytes = 16 << 10
+)
+
+// DecoderConfig configures a Decoder.
+type DecoderConfig struct {
+	// MaxLineBytes caps one decoded line, after partial records are
+	// joined. A longer line is dropped with ErrOversized.
+	MaxLineBytes int
+	// Strict makes a record that looks like a JSON object ('{' … '}') but
+	// does not parse an ErrMalformed. When false such a record is decoded
+	// as raw text.
+	Strict bool
+}
+
+// DefaultDecoderConfig returns the configuration ncclwatch runs with: 64 KiB
+// lines, and lenient JSON so that a garbled record still reaches the NCCL
+// parser as text instead of being dropped.
+func DefaultDecoderConfig() DecoderConfig {
+	return DecoderConfig{MaxLineBytes: defaultMaxLineBytes}
+}
+
+// Validate reports the first invalid field, named by its configuration key.
+func (c DecoderConfig) Validate() error {
+	if c.MaxLineBytes <= 0 {
+		return errors.New("max_line_bytes: must be > 0")
+	}
+	if c.MaxLineBytes > maxMaxLineBytes {
+		return fmt.Errorf("max_line_bytes: must be <= %d", maxMaxLineBytes)
+	}
+	return nil
+}
+
+// Decoder turns records (lines of a file, Kafka message values) into log
+// lines, removing the envelope: Fluent Bit JSON, Docker json-file, CRI or
+// none. It joins partial lines (Docker records whose "log" does not end in a
+// newline, CRI "P" records) and caps line length.
+//
+// A Decoder is reusable and keeps state between calls (the partial line in
+// progress and a cache of metadata); it is not safe for concurrent use. Use
+// one per stream of records: one file, one Kafka partition.
+type Decoder struct {
+	cfg  DecoderConfig
+	last Envelope
+	rec  pipeline.Record
+	line int32
+
+	f     jsonFields
+	text  []byte // unescaped text of the current record
+	key   []byte // unescaped object key
+	val   []byte // unescaped string value (metadata, times)
+	stack []byte // open containers while skipping a JSON value
+
+	// The line in progress: partial holds its text so far; the pend*
+	// fields say where it came from. skip means a line in progress was
+	// dropped as oversized and its remaining pieces are being discarded.
+	partial    []byte
+	pend       bool
+	skip       bool
+	pendEnv    Envelope
+	pendTime   time.Time
+	pendStream string
+	pendMeta   *pipeline.Meta
+
+	seed     maphash.Seed
+	metas    map[uint64]*metaEntry
+	lastMeta *metaEntry
+	stream   string // last stream name that is not stdout/stderr
+}
+
+// metaEntry is one cached *pipeline.Meta with the raw JSON it was built
+// from, compared byte for byte on lookup.
+type metaEntry struct {
+	k8s, cluster, job []byte
+	meta              *pipeline.Meta
+}
+
+// jsonString is a JSON string value: raw is the text between the quotes,
+// esc says whether it holds escapes. ok is false when the key was absent
+// or its value was not a string.
+type jsonString struct {
+	raw []byte
+	esc bool
+	ok  bool
+}
+
+// jsonTime is a time value: a string (RFC 3339) or a number (epoch seconds).
+type jsonTime struct {
+	raw []byte
+	esc bool
+	str bool
+	ok  bool
+}
+
+// jsonFields holds what one scan of a top-level object found. Slices point
+// into the record.
+type jsonFields struct {
+	log, message, stream, cluster, job, partial jsonString
+	time, timestamp, date                       jsonTime
+	k8s                                         []byte // raw "kubernetes" object, nil when absent
+	notDocker                                   bool   // a key Docker's json-file never writes
+}
+
+// NewDecoder returns a Decoder for cfg. Call cfg.Validate first; a
+// non-positive MaxLineBytes is replaced by the default.
+func NewDecoder(cfg DecoderConfig) *Decoder {
+	if cfg.MaxLineBytes <= 0 {
+		cfg.MaxLineBytes = defaultMaxLineBytes
+	}
+	return &Decoder{cfg: cfg, seed: maphash.MakeSeed()}
+}
+
+// Last returns the envelope of the most recent record passed to Decode.
+func (d *Decoder) Last() Envelope { return d.last }
+
+// Reset drops the partial line in progress without emitting it. Cached
+// metadata is kept.
+func (d *Decoder) Reset() {
+	d.pend, d.skip = false, false
+	d.partial = d.partial[:0]
+	d.pendMeta = nil
+}
+
+// Decode decodes one record (one line of a file or one Kafka message value,
+// without its trailing newline; one trailing "\n" is tolerated) and calls
+// emit once per complete log line it yields: zero times when the record was
+// a partial line that is now buffered, several times when its text holds
+// several newline-separated lines. A trailing "\r" is removed from every line.
+//
+// The *Record and its Text are owned by the decoder and valid only during
+// emit. Record.Meta is shared and immutable: records with byte-identical
+// metadata get the same pointer, which may be kept after emit returns but
+// must not be modified. Record.Source is zero except Line, the index of the
+// line among those emitted by this call; the caller fills in the rest.
+//
+// A line joined from several records carries the time, stream and metadata
+// of its first piece and is emitted by the call that completes it. A pending
+// partial line is emitted on its own when a record from another source (other
+// envelope, stream, pod or container) arrives, so interleaved streams are
+// never spliced together.
+//
+// Errors wrap ErrOversized or ErrMalformed; after either the decoder goes on
+// with the next record.
+func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
+	d.line = 0
+	if n := len(data); n > 0 && data[n-1] == '\n' {
+		data = data[:n-1]
+	}
+	err := d.decode(data, emit)
+	// Do not keep a buffer sized for one freak record.
+	if cap(d.text) > 4*d.cfg.MaxLineBytes {
+		d.text = nil
+	}
+	return err
+}
+
+func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
+	i := skipWS(data, 0)
+	if i < len(data) {
+		switch c := data[i]; {
+		case c == '{' && data[lastNonWS(data)] == '}':
+			done, err := d.decodeJSON(data, emit)
+			if done || err != nil {
+				return err
+			}
+		case c >= '0' && c <= '9':
+			if t, stream, partial, text, ok := parseCRI(data); ok {
+				d.last = EnvelopeCRI
+				return d.deliver(text, !partial, EnvelopeCRI, t, stream, nil, emit)
+			}
+		}
+	}
+	d.last = EnvelopeRaw
+	return d.deliver(data, true, EnvelopeRaw, time.Time{}, "", nil, emit)
+}
+
+// Flush emits the partial line in progress, if any, as a complete line. Call
+// it at the end of input.
+func (d *Decoder) Flush(emit func(*pipeline.Record)) {
+	d.line = 0
+	d.skip = false
+	d.flush(emit)
+}
+
+func (d *Decoder) flush(emit func(*pipeline.Record)) {
+	if !d.pend {
+		return
+	}
+	d.emit(d.partial, d.pendTime, d.pendStream, d.pendMeta, emit)
+	d.pend = false
+	d.partial = d.partial[:0]
+	d.pendMeta = nil
+}
+
+func (d *Decoder) emit(line []byte, t time.Time, stream string, meta *pipeline.Meta, emit func(*pipeline.Record)) {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	d.rec = pipeline.Record{Text: line, Time: t, Stream: stream, Meta: meta, Source: pipeline.Source{Line: d.line}}
+	d.line++
+	emit(&d.rec)
+}
+
+// sameSource reports whether a record belongs to the line in progress.
+func (d *Decoder) sameSource(env Envelope, stream string, meta *pipeline.Meta) bool {
+	if d.pendEnv != env || d.pendStream != stream {
+		return false
+	}
+	if d.pendMeta == meta {
+		return true
+	}
+	if d.pendMeta == nil || meta == nil {
+		return false
+	}
+	a, b := d.pendMeta, meta
+	return a.Pod == b.Pod && a.Namespace == b.Namespace && a.Container == b.Container &&
+		a.Node == b.Node && a.Cluster == b.Cluster
+}
+
+// deliver splits text into lines, joins its first line to the line in
+// progress and buffers its last one when complete is false.
+func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time, stream string,
+	meta *pipeline.Meta, emit func(*pipeline.Record)) error {
+	if (d.pend || d.skip) && !d.sameSource(env, stream, meta) {
+		d.flush(emit)
+		d.skip = false
+	}
+	max := d.cfg.MaxLineBytes
+	carried := 0 // bytes of the line in progress that text's first line extends
+	if d.pend {
+		carried = len(d.partial)
+	}
+	if carried+len(text) > max {
+		if n, ok := firstLongLine(text, carried, d.skip, max); !ok {
+			d.Reset()
+			if !complete {
+				// The rest of this line is still to come; drop it too.
+				d.skip = true
+				d.pendEnv, d.pendStream, d.pendMeta = env, stream, meta
+			}
+			return fmt.Errorf("%s record: line of at least %d bytes: %w", env, n, ErrOversized)
+		}
+	}
+	var err error
+	if d.skip {
+		// text continues a line dropped as oversized: discard up to its end.
+		nl := bytes.IndexByte(text, '\n')
+		if nl < 0 && !complete {
+			return fmt.Errorf("%s record: rest of an oversized line: %w", env, ErrOversized)
+		}
+		d.skip = false
+		d.pendMeta = nil
+		if nl < 0 {
+			return fmt.Errorf("%s record: end of an oversized line: %w", env, ErrOversized)
+		}
+		text = text[nl+1:]
+		err = fmt.Errorf("%s record: end of an oversized line: %w", env, ErrOversized)
+	}
+	for {
+		nl := bytes.IndexByte(text, '\n')
+		if nl < 0 && !complete {
+			if len(text) == 0 && !d.pend {
+				return err
+			}
+			if !d.pend {
+				d.pend = true
+				d.partial = d.partial[:0]
+				d.pendEnv, d.pendTime, d.pendStream, d.pendMeta = env, t, stream, meta
+			}
+			d.partial = append(d.partial, text...)
+			return err
+		}
+		line := text
+		if nl >= 0 {
+			line, text = text[:nl], text[nl+1:]
+		}
+		if d.pend {
+			d.partial = append(d.partial, line...)
+			d.flush(emit)
+		} else {
+			d.emit(line, t, stream, meta, emit)
+		}
+		if nl < 0 {
+			return err
+		}
+	}
+}
+
+// firstLongLine checks every line of text against max; the first line is
+// carried bytes longer than it looks, and is exempt when skipFirst is set
+// (it belongs to a line already dropped). It returns the length of the first
+// line over max and false, or 0 and true.
+func firstLongLine(text []byte, carried int, skipFirst bool, max int) (int, bool) {
+	for first := true; ; first = false {
+		nl := bytes.IndexByte(text, '\n')
+		n := nl
+		if nl < 0 {
+			n = len(text)
+		}
+		if first {
+			if skipFirst {
+				n = 0
+			}
+			n += carried
+		}
+		if n > max {
+			return n, false
+		}
+		if nl < 0 {
+			return 0, true
+		}
+		text = text[nl+1:]
+	}
+}
+
+// decodeJSON decodes a record that looks like a JSON object. done is false
+// when the record should be decoded as raw text instead (an unknown shape,
+// or, outside strict mode, invalid JSON).
+func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done bool, err error) {
+	if err := d.scanTop(data); err != nil {
+		if d.cfg.Strict {
+			d.last = EnvelopeRaw
+			return true, err
+		}
+		return false, nil
+	}
+	f := &d.f
+	var src jsonString
+	complete := true
+	switch {
+	case f.log.ok:
+		src = f.log
+	case f.message.ok:
+		src = f.message
+	default:
+		return false, nil
+	}
+	text := src.raw
+	if src.esc {
+		var ok bool
+		if d.text, ok = unescape(d.text[:0], text); !ok {
+			// scanString validated the escapes; this cannot happen.
+			if d.cfg.Strict {
+				return true, fmt.Errorf("json record: bad escape: %w", ErrMalformed)
+			}
+			return false, nil
+		}
+		text = d.text
+	}
+	if f.log.ok {
+		// Docker ends every complete line with "\n" and splits longer ones
+		// into records without it. Fluent Bit's CRI parser instead keeps the
+		// runtime's P/F flag in "_p" and drops the newline.
+		if n := len(text); n > 0 && text[n-1] == '\n' {
+			text = text[:n-1]
+		} else {
+			complete = false
+		}
+		if f.partial.ok && len(f.partial.raw) == 1 {
+			complete = f.partial.raw[0] != 'P'
+		}
+	}
+	env := EnvelopeFluentBit
+	if !f.notDocker {
+		env = EnvelopeDocker
+	}
+	d.last = env
+	stream := d.streamName(f.stream)
+	var meta *pipeline.Meta
+	if f.k8s != nil || f.cluster.ok || f.job.ok {
+		meta = d.lookupMeta(f.k8s, f.cluster, f.job)
+	}
+	t := d.recordTime()
+	return true, d.deliver(text, complete, env, t, stream, meta, emit)
+}
+
+// recordTime returns the record's time: "time" (the container runtime's,
+// nanosecond precision) before "@timestamp" and "date" (Fluent Bit's).
+// An unparsable time is ignored.
+func (d *Decoder) recordTime() time.Time {
+	for _, v := range [...]*jsonTime{&d.f.time, &d.f.timestamp, &d.f.date} {
+		if !v.ok {
+			continue
+		}
+		raw := v.raw
+		if v.esc {
+			var ok bool
+			if d.val, ok = unescape(d.val[:0], raw); !ok {
+				continue
+			}
+			raw = d.val
+		}
+		var t time.Time
+		var ok bool
+		if v.str {
+			var n int
+			t, n, ok = parseDateTime(raw, false)
+			ok = ok && n == len(raw)
+		} else {
+			t, ok = parseEpoch(raw)
+		}
+		if ok {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// streamName returns the stream as a string without allocating for the two
+// names that occur.
+func (d *Decoder) streamName(s jsonString) string {
+	if !s.ok {
+		return ""
+	}
+	switch string(s.raw) {
+	case "stdout":
+		return "stdout"
+	case "stderr":
+		return "stderr"
+	}
+	raw := s.raw
+	if s.esc {
+		d.val, _ = unescape(d.val[:0], raw)
+		raw = d.val
+	}
+	if d.stream != string(raw) {
+		d.stream = string(raw)
+	}
+	return d.stream
+}
+
+// scanTop walks the top-level object of data, validating it and recording
+// the keys the decoder wants in d.f. Duplicate keys: the last one wins, as
+// in encoding/json.
+func (d *Decoder) scanTop(data []byte) error {
+	d.f = jsonFields{}
+	i := skipWS(data, 0)
+	i++ // '{', checked by the caller
+	i = skipWS(data, i)
+	if i < len(data) && data[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(data) || data[i] != '"' {
+				return malformed("object key expected", i)
+			}
+			ke, kesc, ok := scanString(data, i)
+			if !ok {
+				return malformed("bad string", i)
+			}
+			key := data[i+1 : ke-1]
+			if kesc {
+				d.key, _ = unescape(d.key[:0], key)
+				key = d.key
+			}
+			i = skipWS(data, ke)
+			if i >= len(data) || data[i] != ':' {
+				return malformed("':' expected", i)
+			}
+			i = skipWS(data, i+1)
+			vs := i
+			ve, vesc, err := d.skipValue(data, i)
+			if err != nil {
+				return err
+			}
+			d.setField(key, data[vs:ve], vesc)
+			i = skipWS(data, ve)
+			if i >= len(data) {
+				return malformed("unterminated object", i)
+			}
+			if data[i] == ',' {
+				i = skipWS(data, i+1)
+				continue
+			}
+			if data[i] != '}' {
+				return malformed("',' or '}' expected", i)
+			}
+			i++
+			break
+		}
+	}
+	if skipWS(data, i) != len(data) {
+		return malformed("data after object", i)
+	}
+	return nil
+}
+
+// setField records one member of the top-level object; val is its raw
+// JSON value.
+func (d *Decoder) setField(key, val []byte, esc bool) {
+	f := &d.f
+	str := func(s *jsonString) {
+		*s = jsonString{}
+		if val[0] == '"' {
+			*s = jsonString{raw: val[1 : len(val)-1], esc: esc, ok: true}
+		}
+	}
+	tm := func(t *jsonTime) {
+		*t = jsonTime{}
+		switch c := val[0]; {
+		case c == '"':
+			*t = jsonTime{raw: val[1 : len(val)-1], esc: esc, str: true, ok: true}
+		case c == '-' || c >= '0' && c <= '9':
+			*t = jsonTime{raw: val, ok: true}
+		}
+	}
+	switch string(key) {
+	case "log":
+		str(&f.log)
+		return
+	case "stream":
+		str(&f.stream)
+		return
+	case "time":
+		tm(&f.time)
+		return
+	case "attrs": // Docker's --log-opt labels/env; not used.
+		return
+	case "message":
+		str(&f.message)
+	case "@timestamp":
+		tm(&f.timestamp)
+	case "date":
+		tm(&f.date)
+	case "cluster":
+		str(&f.cluster)
+	case "job":
+		str(&f.job)
+	case "_p":
+		str(&f.partial)
+	case "kubernetes":
+		f.k8s = nil
+		if val[0] == '{' {
+			f.k8s = val
+		}
+	}
+	f.notDocker = true
+}
+
+// lookupMeta returns the shared Meta for the given raw metadata, building
+// it on first sight.
+func (d *Decoder) lookupMeta(k8s []byte, cluster, job jsonString) *pipeline.Meta {
+	if e := d.lastMeta; e != nil && bytes.Equal(e.k8s, k8s) &&
+		bytes.Equal(e.cluster, cluster.raw) && bytes.Equal(e.job, job.raw) {
+		return e.meta
+	}
+	if len(k8s)+len(cluster.raw)+len(job.raw) > maxMetaKeyBytes {
+		return d.buildMeta(k8s, cluster, job)
+	}
+	h := maphash.Bytes(d.seed, k8s)
+	h = h*0x9E3779B97F4A7C15 ^ maphash.Bytes(d.seed, cluster.raw)
+	h = h*0x9E3779B97F4A7C15 ^ maphash.Bytes(d.seed, job.raw)
+	if e := d.metas[h]; e != nil && bytes.Equal(e.k8s, k8s) &&
+		bytes.Equal(e.cluster, cluster.raw) && bytes.Equal(e.job, job.raw) {
+		d.lastMeta = e
+		return e.meta
+	}
+	if d.metas == nil || len(d.metas) >= maxMetaEntries {
+		d.metas = make(map[uint64]*metaEntry)
+	}
+	// One allocation holds the three keys.
+	buf := make([]byte, 0, len(k8s)+len(cluster.raw)+len(job.raw))
+	buf = append(buf, k8s...)
+	buf = append(buf, cluster.raw...)
+	buf = append(buf, job.raw...)
+	a, b := len(k8s), len(k8s)+len(cluster.raw)
+	e := &metaEntry{k8s: buf[:a:a], cluster: buf[a:b:b], job: buf[b:], meta: d.buildMeta(k8s, cluster, job)}
+	d.metas[h] = e
+	d.lastMeta = e
+	return e.meta
+}
+
+// buildMeta builds a Meta from a validated "kubernetes" object (may be nil)
+// and the top-level cluster and job strings.
+func (d *Decoder) buildMeta(k8s []byte, cluster, job jsonString) *pipeline.Meta {
+	m := &pipeline.Meta{Cluster: d.str(cluster), Job: d.str(job)}
+	if k8s == nil {
+		return m
+	}
+	d.eachMember(k8s, func(key, val []byte, esc bool) {
+		s := jsonString{esc: esc}
+		if val[0] == '"' {
+			s.raw, s.ok = val[1:len(val)-1], true
+		}
+		switch string(key) {
+		case "pod_name":
+			m.Pod = d.str(s)
+		case "namespace_name":
+			m.Namespace = d.str(s)
+		case "host":
+			m.Node = d.str(s)
+		case "container_name":
+			m.Container = d.str(s)
+		case "labels":
+			if val[0] != '{' {
+				return
+			}
+			labels := make(map[string]string)
+			d.eachMember(val, func(k, v []byte, esc bool) {
+				if v[0] == '"' {
+					// k lives in d.key, which the next member overwrites.
+					labels[string(k)] = d.str(jsonString{raw: v[1 : len(v)-1], esc: esc, ok: true})
+				}
+			})
+			if len(labels) > 0 {
+				m.Labels = labels
+			}
+		}
+	})
+	return m
+}
+
+// str returns a JSON string value as a new Go string.
+func (d *Decoder) str(s jsonString) string {
+	if !s.ok {
+		return ""
+	}
+	if !s.esc {
+		return string(s.raw)
+	}
+	d.val, _ = unescape(d.val[:0], s.raw)
+	return string(d.val)
+}
+
+// eachMember calls fn for each member of the valid JSON object obj, with the
+// unescaped key (valid only during fn), the raw value and whether a string
+// value holds escapes.
+func (d *Decoder) eachMember(obj []byte, fn func(key, val []byte, esc bool)) {
+	i := skipWS(obj, 1)
+	for i < len(obj) && obj[i] == '"' {
+		ke, kesc, ok := scanString(obj, i)
+		if !ok {
+			return
+		}
+		key := obj[i+1 : ke-1]
+		i = skipWS(obj, ke)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = skipWS(obj, i+1)
+		vs := i
+		ve, vesc, err := d.skipValue(obj, i)
+		if err != nil {
+			return
+		}
+		if kesc {
+			d.key, _ = unescape(d.key[:0], key)
+			key = d.key
+		}
+		fn(key, obj[vs:ve], vesc)
+		i = skipWS(obj, ve)
+		if i >= len(obj) || obj[i] != ',' {
+			return
+		}
+		i = skipWS(obj, i+1)
+	}
+}
+
+// skipValue validates the JSON value starting at b[i] and returns the index
+// just past it; for a string value esc says whether it holds escapes.
+// Nesting is tracked in d.stack, not on the Go stack.
+func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
+	stack := d.stack[:0]
+	defer func() { d.stack = stack[:0] }()
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
+			return 0, false, malformed("value expected", i)
+		}
+		switch c := b[i]; c {
+		case '{', '[':
+			if len(stack) >= maxJSONDepth {
+				return 0, false, malformed("nested too deep", i)
+			}
+			stack = append(stack, c)
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == c+2 { // '}' and ']' are two past '{' and '['
+				i++
+				stack = stack[:len(stack)-1]
+				break
+			}
+			if c == '{' {
+				if i, err = objectKey(b, i); err != nil {
+					return 0, false, err
+				}
+			}
+			continue
+		case '"':
+			e, sesc, ok := scanString(b, i)
+			if !ok {
+				return 0, false, malformed("bad string", i)
+			}
+			i, esc = e, sesc
+		case 't':
+			if !bytes.HasPrefix(b[i:], []byte("true")) {
+				return 0, false, malformed("bad literal", i)
+			}
+			i += 4
+		case 'f':
+			if !bytes.HasPrefix(b[i:], []byte("false")) {
+				return 0, false, malformed("bad literal", i)
+			}
+			i += 5
+		case 'n':
+			if !bytes.HasPrefix(b[i:], []byte("null")) {
+				return 0, false, malformed("bad literal", i)
+			}
+			i += 4
+		default:
+			n := scanNumber(b[i:])
+			if n == 0 {
+				return 0, false, malformed("value expected", i)
+			}
+			i += n
+		}
+		// A value ended at b[i]: close containers, or go on to the next
+		// element.
+		for {
+			if len(stack) == 0 {
+				return i, esc, nil
+			}
+			esc = false
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return 0, false, malformed("unterminated container", i)
+			}
+			top := stack[len(stack)-1]
+			if b[i] == top+2 {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			if b[i] != ',' {
+				return 0, false, malformed("',' expected", i)
+			}
+			i = skipWS(b, i+1)
+			if top == '{' {
+				if i, err = objectKey(b, i); err != nil {
+					return 0, false, err
+				}
+			}
+			break
+		}
+	}
+}
+
+// objectKey scans `"key" :` at b[i] and returns the index of the value.
+func objectKey(b []byte, i int) (int, error) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, malformed("object key expected", i)
+	}
+	e, _, ok := scanString(b, i)
+	if !ok {
+		return 0, malformed("bad string", i)
+	}
+	i = skipWS(b, e)
+	if i >= len(b) || b[i] != ':' {
+		return 0, malformed("':' expected", i)
+	}
+	return skipWS(b, i+1), nil
+}
+
+func malformed(what string, at int) error {
+	return fmt.Errorf("json record: %s at byte %d: %w", what, at, ErrMalformed)
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func lastNonWS(b []byte) int {
+	i := len(b) - 1
+	for i > 0 {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i--
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanString scans the JSON string whose opening quote is b[i] and returns
+// the index just past its closing quote and whether it holds escapes. Escapes
+// are validated; raw control bytes are let through.
+func scanString(b []byte, i int) (end int, esc, ok bool) {
+	i++
+	q := -1 // index of the next '"' at or after i, not yet known to be escaped
+	for {
+		if q < i {
+			j := bytes.IndexByte(b[i:], '"')
+			if j < 0 {
+				return 0, false, false
+			}
+			q = i + j
+		}
+		k := bytes.IndexByte(b[i:q], '\\')
+		if k < 0 {
+			return q + 1, esc, true
+		}
+		esc = true
+		p := i + k + 1 // the byte after the backslash
+		if p >= len(b) {
+			return 0, false, false
+		}
+		switch b[p] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i = p + 1
+		case 'u':
+			if p+5 > len(b) || !isHex4(b[p+1:p+5]) {
+				return 0, false, false
+			}
+			i = p + 5
+		default:
+			return 0, false, false
+		}
+	}
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b[:4] {
+		if hexVal(c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func hexVal(c byte) rune {
+	switch {
+	case c >= '0' && c <= '9':
+		return rune(c - '0')
+	case c >= 'a' && c <= 'f':
+		return rune(c - 'a' + 10)
+	case c >= 'A' && c <= 'F':
+		return rune(c - 'A' + 10)
+	}
+	return -1
+}
+
+func hex4(b []byte) rune {
+	return hexVal(b[0])<<12 | hexVal(b[1])<<8 | hexVal(b[2])<<4 | hexVal(b[3])
+}
+
+// unescape appends the unescaped content of a JSON string (without quotes)
+// to dst. Like encoding/json it turns an unpaired surrogate into U+FFFD.
+// ok is false on an invalid escape.
+func unescape(dst, s []byte) ([]byte, bool) {
+	for {
+		k := bytes.IndexByte(s, '\\')
+		if k < 0 {
+			return append(dst, s...), true
+		}
+		dst = append(dst, s[:k]...)
+		s = s[k:]
+		if len(s) < 2 {
+			return dst, false
+		}
+		switch s[1] {
+		case '"', '\\', '/':
+			dst = append(dst, s[1])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			if len(s) < 6 || !isHex4(s[2:6]) {
+				return dst, false
+			}
+			r := hex4(s[2:6])
+			s = s[6:]
+			if r >= 0xD800 && r < 0xDC00 && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' && isHex4(s[2:6]) {
+				if r2 := hex4(s[2:6]); r2 >= 0xDC00 && r2 < 0xE000 {
+					r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+					s = s[6:]
+				}
+			}
+			dst = utf8.AppendRune(dst, r) // a lone surrogate becomes U+FFFD
+			continue
+		default:
+			return dst, false
+		}
+		s = s[2:]
+	}
+}
+
+// scanNumber returns the length of the JSON number at the start of b, or 0.
+func scanNumber(b []byte) int {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = skipDigits(b, i)
+	default:
+		return 0
+	}
+	if i < len(b) && b[i] == '.' {
+		j := skipDigits(b, i+1)
+		if j == i+1 {
+			return 0
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := skipDigits(b, i)
+		if j == i {
+			return 0
+		}
+		i = j
+	}
+	return i
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// parseEpoch parses a JSON number of seconds since the Unix epoch, exactly
+// to the nanosecond when written as a decimal fraction (Fluent Bit writes
+// "1732890000.123456"; a float64 would round it).
+func parseEpoch(b []byte) (time.Time, bool) {
+	n := scanNumber(b)
+	if n == 0 || n != len(b) {
+		return time.Time{}, false
+	}
+	if bytes.IndexAny(b, "eE") >= 0 {
+		f, err := strconv.ParseFloat(string(b), 64)
+		if err != nil || f != f || f > 1e15 || f < -1e15 {
+			return time.Time{}, false
+		}
+		sec := int64(f)
+		return time.Unix(sec, int64((f-float64(sec))*1e9)).UTC(), true
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var sec, nsec int64
+	i := 0
+	for ; i < len(b) && b[i] != '.'; i++ {
+		if i >= 15 { // beyond year 30000000
+			return time.Time{}, false
+		}
+		sec = sec*10 + int64(b[i]-'0')
+	}
+	if i < len(b) {
+		scale := int64(1e8)
+		for _, c := range b[i+1:] {
+			nsec += int64(c-'0') * scale
+			scale /= 10
+		}
+	}
+	if neg {
+		sec, nsec = -sec, -nsec
+	}
+	return time.Unix(sec, nsec).UTC(), true
+}
+
+// parseDateTime parses an RFC 3339 date-time at the start of b:
+// YYYY-MM-DD, 'T', 't' or ' ', hh:mm:ss, an optional fraction ('.', or ','
+// when comma is set, as Python's logging writes it), and an optional zone
+// ('Z', 'z', ±hh:mm or ±hhmm; none means UTC). It returns the time in UTC
+// and the number of bytes used.
+func parseDateTime(b []byte, comma bool) (t time.Time, n int, ok bool) {
+	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[13] != ':' || b[16] != ':' {
+		return time.Time{}, 0, false
+	}
+	switch b[10] {
+	case 'T', 't', ' ':
+	default:
+		return time.Time{}, 0, false
+	}
+	year, ok1 := digits(b[0:4])
+	month, ok2 := digits(b[5:7])
+	day, ok3 := digits(b[8:10])
+	hour, ok4 := digits(b[11:13])
+	min, ok5 := digits(b[14:16])
+	sec, ok6 := digits(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
+		day > daysIn(month, year) || hour > 23 || min > 59 || sec > 59 {
+		return time.Time{}, 0, false
+	}
+	n = 19
+	nsec := 0
+	if n < len(b) && (b[n] == '.' || comma && b[n] == ',') {
+		j := skipDigits(b, n+1)
+		if j == n+1 {
+			return time.Time{}, 0, false
+		}
+		scale := int(1e8)
+		for _, c := range b[n+1 : j] {
+			nsec += int(c-'0') * scale
+			scale /= 10
+		}
+		n = j
+	}
+	offset := 0
+	if n < len(b) {
+		switch c := b[n]; c {
+		case 'Z', 'z':
+			n++
+		case '+', '-':
+			z := b[n+1:]
+			var hh, mm int
+			var ok1, ok2 bool
+			switch {
+			case len(z) >= 5 && z[2] == ':':
+				hh, ok1 = digits(z[0:2])
+				mm, ok2 = digits(z[3:5])
+				n += 6
+			case len(z) >= 4:
+				hh, ok1 = digits(z[0:2])
+				mm, ok2 = digits(z[2:4])
+				n += 5
+			}
+			if !ok1 || !ok2 || hh > 23 || mm > 59 {
+				return time.Time{}, 0, false
+			}
+			offset = (hh*60 + mm) * 60
+			if c == '-' {
+				offset = -offset
+			}
+		}
+	}
+	t = time.Date(year, time.Month(month), day, hour, min, sec, nsec, time.UTC)
+	if offset != 0 {
+		t = t.Add(-time.Duration(offset) * time.Second)
+	}
+	return t, n, true
+}
+
+// digits parses a short run of decimal digits.
+func digits(b []byte) (int, bool) {
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// parseCRI parses a CRI log line: "<RFC3339Nano> <stream> <tag> <text>",
+// where tag is "F" (full) or "P" (partial), possibly followed by further
+// ':'-separated tags.
+func parseCRI(b []byte) (t time.Time, stream string, partial bool, text []byte, ok bool) {
+	t, n, ok := parseDateTime(b, false)
+	if !ok || n >= len(b) || b[n] != ' ' {
+		return time.Time{}, "", false, nil, false
+	}
+	b = b[n+1:]
+	switch {
+	case bytes.HasPrefix(b, []byte("stdout ")):
+		stream = "stdout"
+	case bytes.HasPrefix(b, []byte("stderr ")):
+		stream = "stderr"
+	default:
+		return time.Time{}, "", false, nil, false
+	}
+	b = b[7:]
+	tag := b
+	if sp := bytes.IndexByte(b, ' '); sp >= 0 {
+		tag, text = b[:sp], b[sp+1:]
+	} else {
+		text = b[len(b):]
+	}
+	if len(tag) == 0 || tag[0] != 'F' && tag[0] != 'P' || len(tag) > 1 && tag[1] != ':' {
+		return time.Time{}, "", false, nil, false
+	}
+	return t, stream, tag[0] == 'P', text, true
+}

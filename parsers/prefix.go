@@ -1,0 +1,423 @@
+package parsers
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// PrefixKind names one kind of text that launchers, log collectors and
+// people put in front of a log line.
+type PrefixKind uint8
+
+// The prefixes StripPrefix removes. Examples cite the corpus file in
+// testdata/corpus (or NCCL-FORMATS.md §12 where the corpus has none).
+const (
+	PrefixNone PrefixKind = iota
+	// PrefixTorchrun is torchrun's "[rank3]:" (089) or "[default0]:", or a
+	// custom "[trainer3]:" / "[trainer0|0]:" (NCCL-FORMATS.md §12, 099).
+	PrefixTorchrun
+	// PrefixSrun is Slurm's "srun -l" task label "0: ".
+	PrefixSrun
+	// PrefixMPI is Open MPI's --tag-output "[1,0]<stdout>:" (081).
+	PrefixMPI
+	// PrefixHost is a pdsh or mpirun host label "10.3.35.83: " (038, 075).
+	PrefixHost
+	// PrefixRay is a Ray worker tag "(RayTrainWorker pid=3704, ip=10.52.3.7) "
+	// (047, 048, 055).
+	PrefixRay
+	// PrefixRankTag is a bare rank "[155] " before the hostname (006).
+	PrefixRankTag
+	// PrefixTimestamp is a timestamp: "[2026-04-28 14:14:49] " (083, 084),
+	// "[2023-12-20 16:35:35,473] " (016), an ISO timestamp, or a CloudWatch
+	// console row "  | 2025-05-16T16:39:51.208-07:00 | " (013).
+	PrefixTimestamp
+	// PrefixANSI is an ANSI escape sequence, or the "[0m" left of one whose
+	// ESC byte was lost (NCCL-FORMATS.md §12, 095).
+	PrefixANSI
+	// PrefixMarkdown is a markdown quote marker "> " from an issue paste (064).
+	PrefixMarkdown
+)
+
+// String returns the kind's name as used in metrics and logs.
+func (k PrefixKind) String() string {
+	switch k {
+	case PrefixNone:
+		return "none"
+	case PrefixTorchrun:
+		return "torchrun"
+	case PrefixSrun:
+		return "srun"
+	case PrefixMPI:
+		return "mpi"
+	case PrefixHost:
+		return "host"
+	case PrefixRay:
+		return "ray"
+	case PrefixRankTag:
+		return "rank-tag"
+	case PrefixTimestamp:
+		return "timestamp"
+	case PrefixANSI:
+		return "ansi"
+	case PrefixMarkdown:
+		return "markdown"
+	}
+	return "prefix(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Prefix describes what StripPrefix removed.
+type Prefix struct {
+	// Kinds has bit 1<<k set for every PrefixKind k removed; several may
+	// stack (a timestamp, then a torchrun rank). Test it with Has.
+	Kinds uint16
+	// Rank is the rank the outermost rank-bearing prefix gave (torchrun,
+	// srun, mpirun, rank tag), or -1.
+	Rank int
+	// Host is the host the outermost host-bearing prefix gave (a pdsh or
+	// mpirun label, a Ray ip=), or nil. It aliases the line.
+	Host []byte
+}
+
+// Has reports whether a prefix of kind k was removed.
+func (p Prefix) Has(k PrefixKind) bool { return p.Kinds&(1<<k) != 0 }
+
+// Bounds on what a prefix may look like; longer runs are message text.
+const (
+	maxRankDigits  = 9   // fits an int on every platform
+	maxHostLabel   = 253 // DNS name length limit
+	maxRayPrefix   = 256
+	maxHeaderToken = 300 // hostname:pid:tid
+	ncclBodyWindow = 256 // how far into a line to look for "NCCL INFO"
+)
+
+// StripPrefix removes launcher prefixes, ANSI colour codes, timestamps,
+// markdown quote markers and leading blanks from the start of line,
+// repeatedly and in any order, and returns the rest. A line without them
+// comes back unchanged. It never allocates; rest and p.Host alias line.
+//
+// After stripping, an NCCL line starts with its own header
+// "host:pid:tid [dev] NCCL …", or with "NCCL version …" for the unprefixed
+// banner. Each rule looks only at the bytes it strips and those after them,
+// so StripPrefix(rest) returns rest again.
+func StripPrefix(line []byte) (rest []byte, p Prefix) {
+	p.Rank = -1
+	rest = line
+	afterTime := false
+	for {
+		rest = trimBlank(rest)
+		if len(rest) == 0 {
+			return rest, p
+		}
+		n, kind, rank, host := matchPrefix(rest, afterTime)
+		if n == 0 {
+			return rest, p
+		}
+		p.Kinds |= 1 << kind
+		if rank >= 0 && p.Rank < 0 {
+			p.Rank = rank
+		}
+		if host != nil && p.Host == nil {
+			p.Host = host
+		}
+		afterTime = kind == PrefixTimestamp
+		rest = rest[n:]
+	}
+}
+
+// matchPrefix returns the length of the prefix at the start of b (which
+// does not start with a blank), its kind, and the rank and host it gives.
+func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, host []byte) {
+	rank = -1
+	switch c := b[0]; {
+	case c == 0x1b:
+		if n = csiLen(b); n > 0 {
+			return n, PrefixANSI, -1, nil
+		}
+	case c == '[':
+		if n = ansiLeftover(b); n > 0 {
+			return n, PrefixANSI, -1, nil
+		}
+		if n, rank = mpiTag(b); n > 0 {
+			return n, PrefixMPI, rank, nil
+		}
+		if n, rank = torchrunTag(b); n > 0 {
+			return n, PrefixTorchrun, rank, nil
+		}
+		if _, m, ok := parseDateTime(b[1:], true); ok && m+1 < len(b) && b[m+1] == ']' {
+			return m + 2, PrefixTimestamp, -1, nil
+		}
+		if n, rank = rankTag(b); n > 0 {
+			return n, PrefixRankTag, rank, nil
+		}
+	case c == '(':
+		if n, host = rayTag(b); n > 0 {
+			return n, PrefixRay, -1, host
+		}
+	case c == '>':
+		if len(b) == 1 || b[1] == ' ' || b[1] == '\t' {
+			return 1, PrefixMarkdown, -1, nil
+		}
+	case c == '|':
+		// A CloudWatch console row: "| <time> | <message>", where some rows
+		// glue the message to the time (013).
+		if rest := trimBlank(b[1:]); len(rest) < len(b)-1 {
+			if afterTime {
+				return 1, PrefixTimestamp, -1, nil
+			}
+			if _, _, ok := parseDateTime(rest, false); ok {
+				return 1, PrefixTimestamp, -1, nil
+			}
+		}
+	case c >= '0' && c <= '9':
+		if _, m, ok := parseDateTime(b, true); ok {
+			return m, PrefixTimestamp, -1, nil
+		}
+	}
+	return hostLabel(b)
+}
+
+// hostLabel matches "<label>: " where label is a hostname, an IP address
+// (pdsh, mpirun; 038, 075) or a task number (srun -l). An NCCL header
+// "host:pid:tid" has no blank after its colons and is never a label. A bare
+// word such as "Warning: " counts only when an NCCL header follows; a label
+// with a digit, dot or dash is taken as a host.
+func hostLabel(b []byte) (n int, kind PrefixKind, rank int, host []byte) {
+	i := 0
+	num, hosty := true, false
+	for ; i < len(b) && i <= maxHostLabel; i++ {
+		c := b[i]
+		switch {
+		case c >= '0' && c <= '9':
+			hosty = true
+		case c == '.' || c == '-':
+			hosty, num = true, false
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
+			num = false
+		default:
+			goto end
+		}
+	}
+end:
+	if i == 0 || i > maxHostLabel || i >= len(b) || b[i] != ':' {
+		return 0, PrefixNone, -1, nil
+	}
+	if i+1 < len(b) && b[i+1] != ' ' && b[i+1] != '\t' {
+		return 0, PrefixNone, -1, nil
+	}
+	if num {
+		if i > maxRankDigits {
+			return 0, PrefixNone, -1, nil
+		}
+		r, _ := digits(b[:i])
+		return i + 1, PrefixSrun, r, nil
+	}
+	if !hosty && !isNCCLHeader(trimBlank(b[i+1:])) {
+		return 0, PrefixNone, -1, nil
+	}
+	return i + 1, PrefixHost, -1, b[:i]
+}
+
+// csiLen returns the length of the ANSI CSI sequence (ESC '[' parameters
+// intermediates final) at the start of b, or 0.
+func csiLen(b []byte) int {
+	if len(b) < 2 || b[0] != 0x1b || b[1] != '[' {
+		return 0
+	}
+	i := 2
+	for i < len(b) && b[i] >= 0x30 && b[i] <= 0x3f {
+		i++
+	}
+	for i < len(b) && b[i] >= 0x20 && b[i] <= 0x2f {
+		i++
+	}
+	if i < len(b) && b[i] >= 0x40 && b[i] <= 0x7e {
+		return i + 1
+	}
+	return 0
+}
+
+// ansiLeftover matches "[0m", "[32m", "[1;32m": a colour code whose ESC
+// byte was lost (Ray output pasted from a terminal, NCCL-FORMATS.md §12).
+func ansiLeftover(b []byte) int {
+	i := 1
+	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == ';') {
+		i++
+	}
+	if i > 1 && i < len(b) && b[i] == 'm' {
+		return i + 1
+	}
+	return 0
+}
+
+// mpiTag matches Open MPI's --tag-output "[job,rank]<stdout>:" (also
+// <stderr>, <stddiag>) and returns its length and the rank.
+func mpiTag(b []byte) (int, int) {
+	i := skipDigits(b, 1)
+	if i == 1 || i >= len(b) || b[i] != ',' {
+		return 0, -1
+	}
+	j := skipDigits(b, i+1)
+	if j == i+1 || j-i-1 > maxRankDigits || j >= len(b) || b[j] != ']' {
+		return 0, -1
+	}
+	rank, _ := digits(b[i+1 : j])
+	rest := b[j+1:]
+	for _, tag := range [...]string{"<stdout>:", "<stderr>:", "<stddiag>:"} {
+		if bytes.HasPrefix(rest, []byte(tag)) {
+			return j + 1 + len(tag), rank
+		}
+	}
+	return 0, -1
+}
+
+// torchrunTag matches "[rank3]:", "[default0]:", "[trainer0|0]:" and "[3]:":
+// an optional name, a number, an optional "|number", then "]:". The rank
+// is the first number.
+func torchrunTag(b []byte) (int, int) {
+	i := 1
+	for i < len(b) && (b[i] >= 'a' && b[i] <= 'z' || b[i] >= 'A' && b[i] <= 'Z' || b[i] == '_') {
+		i++
+	}
+	j := skipDigits(b, i)
+	if j == i || j-i > maxRankDigits {
+		return 0, -1
+	}
+	rank, _ := digits(b[i:j])
+	if j < len(b) && b[j] == '|' {
+		k := skipDigits(b, j+1)
+		if k == j+1 {
+			return 0, -1
+		}
+		j = k
+	}
+	if j+1 < len(b) && b[j] == ']' && b[j+1] == ':' {
+		return j + 2, rank
+	}
+	return 0, -1
+}
+
+// rankTag matches a rank "[155] " at the start of a line (006). NCCL's own
+// "[cudaDev]" field also looks like this when a paste lost the
+// "host:pid:tid" before it (" [0] NCCL INFO …", 033; " [0] NCCL INFO …",
+// 053), so the tag is stripped only when what follows is an NCCL header or
+// is not the body of an NCCL line.
+func rankTag(b []byte) (int, int) {
+	j := skipDigits(b, 1)
+	if j == 1 || j-1 > maxRankDigits || j+1 >= len(b) || b[j] != ']' || b[j+1] != ' ' {
+		return 0, -1
+	}
+	rest := trimBlank(b[j+1:])
+	if !isNCCLHeader(rest) && isNCCLBody(rest) {
+		return 0, -1
+	}
+	rank, _ := digits(b[1:j])
+	return j + 1, rank
+}
+
+// isNCCLBody reports whether b looks like the part of an NCCL line after
+// "[cudaDev] ": "NCCL INFO …", "INFO …" (≤ 2.2), or
+// "file.cc:63 NCCL WARN …" / "misc/ibvwrap.cu:63 WARN …" (≤ 2.2).
+func isNCCLBody(b []byte) bool {
+	for _, p := range [...]string{"NCCL INFO", "NCCL WARN", "NCCL TRACE", "INFO ", "WARN ", "TRACE "} {
+		if bytes.HasPrefix(b, []byte(p)) {
+			return true
+		}
+	}
+	w := b[:min(len(b), ncclBodyWindow)]
+	return bytes.Contains(w, []byte("NCCL INFO")) || bytes.Contains(w, []byte("NCCL WARN")) ||
+		bytes.Contains(w, []byte("NCCL TRACE")) || bytes.Contains(w, []byte(" WARN "))
+}
+
+// isNCCLHeader reports whether b starts with an NCCL line header
+// "host:pid:tid [dev]". The host may be empty (065) and pid and tid may be
+// redacted to non-numbers (059), so it asks only for a blank-free token with
+// two colons, not ending in one, then " [digits]".
+func isNCCLHeader(b []byte) bool {
+	sp := bytes.IndexByte(b[:min(len(b), maxHeaderToken)], ' ')
+	if sp < 1 || b[sp-1] == ':' || bytes.Count(b[:sp], []byte(":")) < 2 {
+		return false
+	}
+	j := skipDigits(b, sp+2)
+	return sp+1 < len(b) && b[sp+1] == '[' && j > sp+2 && j < len(b) && b[j] == ']'
+}
+
+// rayTag matches a Ray actor or task tag "(Name pid=N) " or
+// "(Name pid=N, ip=A.B.C.D) " (047, 048, 055) and returns its length and the
+// ip, if any.
+func rayTag(b []byte) (int, []byte) {
+	end := bytes.IndexByte(b[:min(len(b), maxRayPrefix)], ')')
+	if end < 0 {
+		return 0, nil
+	}
+	in := b[1:end]
+	if bytes.IndexByte(in, '(') >= 0 {
+		return 0, nil
+	}
+	// Optional actor name, then "pid=N", then ", key=value" pairs.
+	if !bytes.HasPrefix(in, []byte("pid=")) {
+		sp := bytes.IndexByte(in, ' ')
+		if sp < 1 {
+			return 0, nil
+		}
+		in = in[sp+1:]
+		if !bytes.HasPrefix(in, []byte("pid=")) {
+			return 0, nil
+		}
+	}
+	attrs := in
+	var ip []byte
+	for first := true; len(attrs) > 0; first = false {
+		kv := attrs
+		if c := bytes.Index(attrs, []byte(", ")); c >= 0 {
+			kv, attrs = attrs[:c], attrs[c+2:]
+		} else {
+			attrs = nil
+		}
+		k, v, ok := bytes.Cut(kv, []byte("="))
+		if !ok || len(k) == 0 || len(v) == 0 || bytes.IndexByte(kv, ' ') >= 0 {
+			return 0, nil
+		}
+		switch {
+		case first:
+			if skipDigits(v, 0) != len(v) {
+				return 0, nil
+			}
+		case string(k) == "ip":
+			ip = v
+		}
+	}
+	return end + 1, ip
+}
+
+// trimBlank removes leading spaces and tabs.
+func trimBlank(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// StripANSI removes ANSI escape sequences (ESC '[' … final byte, colour
+// codes among them) anywhere in line. It returns line itself when there are
+// none, without allocating; otherwise it writes the cleaned text to dst[:0]
+// and returns it (reusing dst when it is large enough).
+func StripANSI(dst, line []byte) []byte {
+	i := bytes.IndexByte(line, 0x1b)
+	if i < 0 {
+		return line
+	}
+	dst = dst[:0]
+	for i >= 0 {
+		dst = append(dst, line[:i]...)
+		line = line[i:]
+		n := csiLen(line)
+		if n == 0 {
+			// A lone ESC: keep it, it is not ours to judge.
+			dst = append(dst, line[0])
+			n = 1
+		}
+		line = line[n:]
+		i = bytes.IndexByte(line, 0x1b)
+	}
+	return append(dst, line...)
+}
