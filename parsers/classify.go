@@ -22,13 +22,6 @@ type Lines struct {
 func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
 	if !Candidate(text) {
 		ev.LauncherHost = nil
-		// Ray tags every worker line with its node address; the lines that
-		// are not NCCL lines still tell which nodes a job runs on (corpus 047).
-		if len(text) > 0 && text[0] == '(' {
-			if _, p := StripPrefix(text); p.Host != nil {
-				ev.LauncherHost = p.Host
-			}
-		}
 		return false
 	}
 	if bytes.IndexByte(text, 0x1b) >= 0 {
@@ -37,7 +30,9 @@ func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
 	}
 	rest, p := StripPrefix(text)
 	if !l.nccl.Parse(rest, ev) {
-		ev.LauncherHost = nil
+		// Ray tags every worker line with its node address; lines that are
+		// not NCCL lines still tell which nodes a job runs on (corpus 047).
+		ev.LauncherHost = p.Host
 		return false
 	}
 	ev.LauncherRank = p.Rank

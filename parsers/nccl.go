@@ -16,10 +16,8 @@ import (
 
 var (
 	tokNCCL      = []byte("NCCL ")
-	tokNCCLBare  = []byte("NCCL")
 	tokInfoOld   = []byte("] INFO ")
-	tokWarnOld   = []byte("] WARN ")
-	tokTestRank  = []byte(" Pid ")
+	tokWarnOld   = []byte(" WARN ")
 	tokVia       = []byte(" via ")
 	tokArrow     = []byte("->")
 	tokOOB       = []byte("OOB ")
@@ -27,24 +25,6 @@ var (
 	tokGDREnable = []byte("GPU Direct RDMA Enabled")
 	tokGDRDisabl = []byte("GPU Direct RDMA Disabled")
 )
-
-// Candidate reports whether line may hold an NCCL line, an NCCL banner or an
-// nccl-tests rank line. It is the cheap prefilter run on every line before
-// any other parsing: it never allocates and is a few SIMD-backed substring
-// searches. It errs on the side of yes; Parse decides.
-func Candidate(line []byte) bool {
-	if bytes.Contains(line, tokNCCLBare) {
-		return true
-	}
-	// NCCL ≤ 2.2 prints no NCCL token: "host:pid:tid [0] INFO …" (corpus 102,
-	// kept back; NCCL-FORMATS.md §1).
-	if bytes.Contains(line, tokInfoOld) || bytes.Contains(line, tokWarnOld) {
-		return true
-	}
-	// nccl-tests "#  Rank  0 Group  0 Pid 1234 on host device 0 …" lines
-	// tell which host each rank runs on.
-	return len(line) > 0 && bytes.Contains(line, tokTestRank)
-}
 
 // NCCL parses NCCL debug lines into events. The zero value is ready to use
 // and it keeps no state between lines, so one value may parse any number of
@@ -74,8 +54,11 @@ func (NCCL) Parse(line []byte, ev *pipeline.Event) bool {
 		ev.Flags |= pipeline.FlagWarnLevel
 	}
 	start := m + len("NCCL INFO ")
-	if level == markerInfoOld || level == markerWarnOld {
+	switch level {
+	case markerInfoOld:
 		start = m + len("] INFO ") // m points at ']'
+	case markerWarnOld:
+		start = m + len(" WARN ")
 	}
 	if start < len(line) {
 		msg = line[start:]
@@ -117,6 +100,8 @@ func findMarker(line []byte) (int, int) {
 	if i := bytes.Index(line, tokInfoOld); i >= 0 && headerBefore(line[:i+1]) {
 		return i, markerInfoOld
 	}
+	// ≤ 2.2 WARN lines put file:line between the header and WARN:
+	// "host:pid:tid [0] include/socket.h:360 WARN Call to connect failed".
 	if i := bytes.Index(line, tokWarnOld); i >= 0 && headerBefore(line[:i+1]) {
 		return i, markerWarnOld
 	}

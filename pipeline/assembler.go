@@ -485,12 +485,13 @@ func (a *Assembler) commLine(j *jobState, p *proc, ev *Event) {
 	case len(ev.CommID) > 0:
 		key = "0x" + strings.TrimPrefix(string(ev.CommID), "0x")
 		if ptr != "" {
-			if p.ptrComm == nil {
-				p.ptrComm = make(map[string]string)
+			if old := p.ptrComm[ptr]; old != "" && old != key {
+				// The pointer was first seen on a line without a commId
+				// (an nNodes line before Init START): move what it told
+				// to the real communicator.
+				j.moveMember(p, old, key)
 			}
-			if len(p.ptrComm) < maxSmall {
-				p.ptrComm[ptr] = key
-			}
+			p.setPtrComm(ptr, key)
 		}
 	case ptr != "" && p.ptrComm[ptr] != "":
 		key = p.ptrComm[ptr]
@@ -506,6 +507,8 @@ func (a *Assembler) commLine(j *jobState, p *proc, ev *Event) {
 					break
 				}
 			}
+		} else {
+			p.setPtrComm(ptr, key)
 		}
 	default:
 		return
@@ -534,6 +537,48 @@ func (a *Assembler) commLine(j *jobState, p *proc, ev *Event) {
 	}
 	if !slices.Contains(p.comms, key) && len(p.comms) < maxSmall {
 		p.comms = append(p.comms, key)
+	}
+}
+
+func (p *proc) setPtrComm(ptr, key string) {
+	if p.ptrComm == nil {
+		p.ptrComm = make(map[string]string)
+	}
+	if len(p.ptrComm) < maxSmall {
+		p.ptrComm[ptr] = key
+	}
+}
+
+// moveMember moves process p's membership from communicator from to to,
+// dropping from when no process is left in it.
+func (j *jobState) moveMember(p *proc, from, to string) {
+	c := j.comms[from]
+	if c == nil {
+		return
+	}
+	t, ok := j.comms[to]
+	if !ok {
+		t = &comm{key: to, nranks: c.nranks, nnodes: c.nnodes, localRanks: c.localRanks, members: make(map[int]string)}
+		j.comms[to] = t
+		j.commOrder = append(j.commOrder, t)
+	}
+	for r, k := range c.members {
+		if k == p.key {
+			t.members[r] = k
+			delete(c.members, r)
+		}
+	}
+	if t.nnodes < 0 {
+		t.nnodes = c.nnodes
+	}
+	if t.localRanks < 0 {
+		t.localRanks = c.localRanks
+	}
+	c.procs = slices.DeleteFunc(c.procs, func(k string) bool { return k == p.key })
+	p.comms = slices.DeleteFunc(p.comms, func(k string) bool { return k == from })
+	if len(c.procs) == 0 {
+		delete(j.comms, from)
+		j.commOrder = slices.DeleteFunc(j.commOrder, func(x *comm) bool { return x == c })
 	}
 }
 

@@ -214,6 +214,10 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect Expe
 	s.NetworkClass = classOf(s.Network, multi)
 	s.Verdict, s.Reasons = verdict(&s, expect, why)
 	s.FirstSeen, s.LastSeen = j.first, j.last
+	s.Version = uint64(j.lines)
+	if j.meta.Namespace != "" {
+		s.Namespace = j.meta.Namespace
+	}
 	return s
 }
 
@@ -643,7 +647,7 @@ func rollUp(j *jobState, whole CommSummary, comms []CommSummary) JobSummary {
 	js := JobSummary{Job: j.name, Namespace: j.meta.Namespace, Cluster: j.meta.Cluster,
 		Network: whole.Network, Fabric: whole.Fabric, GDR: whole.GDR, MultiNode: whole.MultiNode,
 		NNodes: whole.NNodes, NRanks: whole.NRanks, Intra: whole.Intra, Warns: whole.Warns,
-		NCCLLines: j.lines, FirstSeen: j.first, LastSeen: j.last, Reasons: []string{}}
+		NCCLLines: j.lines, FirstSeen: j.first, LastSeen: j.last, Reasons: []string{}, Version: uint64(j.lines)}
 	if whole.Network != nil {
 		js.NetworkClass = ptr(NetworkClass(*whole.Network))
 	}

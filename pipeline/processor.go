@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -78,59 +77,115 @@ func (p *Processor) jobOf(rec *Record) string {
 	return p.job(rec)
 }
 
-// ErrLineTooLong is returned for (and counted against) a line longer than
-// the reader's cap; the reader skips it and goes on.
-var ErrLineTooLong = errors.New("line exceeds the size cap")
+// Finder finds candidate lines in a block of text; parsers.Finder is the
+// implementation.
+type Finder interface {
+	Reset(block []byte)
+	Next(from int) int
+}
 
-// LineReader splits a byte stream into lines without copying them, with a
-// cap on line length. Lines over the cap are skipped and counted, never
-// fatal.
-type LineReader struct {
-	r         *bufio.Reader
-	max       int
+// BlockScanner reads a stream in large blocks and hands fn only the lines
+// that hold a candidate token, found with one fast substring search per
+// token over the whole block: the lines in between are never looked at.
+// Lines over the cap are skipped and counted, never fatal.
+type BlockScanner struct {
+	r    io.Reader
+	find Finder
+	max  int
+	buf  []byte
+	// Oversized counts candidate lines longer than the cap (and lines too
+	// long for the buffer).
 	Oversized int64
-	Offset    int64 // byte offset of the line last returned
-	next      int64
+	// Bytes counts the bytes read.
+	Bytes int64
 }
 
-// NewLineReader reads from r with lines capped at max bytes.
-func NewLineReader(r io.Reader, max int) *LineReader {
-	size := 1 << 20
-	if max+1 > size {
-		size = max + 1
+// NewBlockScanner reads r with lines capped at max bytes.
+func NewBlockScanner(r io.Reader, find Finder, max int) *BlockScanner {
+	size := 1 << 20 // one read syscall per MiB keeps the syscall cost under the search cost
+	if 4*max > size {
+		size = 4 * max
 	}
-	return &LineReader{r: bufio.NewReaderSize(r, size), max: max}
+	return &BlockScanner{r: r, find: find, max: max, buf: make([]byte, size)}
 }
 
-// Next returns the next line without its newline. The slice is valid until
-// the next call. It returns io.EOF at the end.
-func (l *LineReader) Next() ([]byte, error) {
+// Scan calls fn for every candidate line (without its newline) with the
+// byte offset where it starts. line is valid only during the call. It
+// returns nil at the end of the input.
+func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
+	carry := 0        // bytes of an incomplete line kept from the last block
+	var base int64    // stream offset of buf[0]
+	skipping := false // inside a line too long for the buffer
 	for {
-		l.Offset = l.next
-		line, err := l.r.ReadSlice('\n')
-		l.next += int64(len(line))
-		if errors.Is(err, bufio.ErrBufferFull) || len(line) > l.max+1 {
-			l.Oversized++
-			// Skip the rest of the long line.
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = l.r.ReadSlice('\n')
-				l.next += int64(len(line))
-			}
-			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("read: %w", err)
-			}
-			if errors.Is(err, io.EOF) {
-				return nil, io.EOF
-			}
-			continue
+		n, err := io.ReadAtLeast(s.r, s.buf[carry:], len(s.buf)-carry)
+		s.Bytes += int64(n)
+		eof := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		if err != nil && !eof {
+			return fmt.Errorf("read: %w", err)
 		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("read: %w", err)
+		block := s.buf[:carry+n]
+		skip := 0
+		if skipping {
+			nl := bytes.IndexByte(block, '\n')
+			if nl < 0 {
+				base += int64(len(block))
+				carry = 0
+				if eof {
+					return nil
+				}
+				continue
+			}
+			skipping = false
+			skip = nl + 1
+			block = block[skip:]
 		}
-		if len(line) == 0 && errors.Is(err, io.EOF) {
-			return nil, io.EOF
+		region := block
+		if !eof {
+			last := bytes.LastIndexByte(block, '\n')
+			switch {
+			case last >= 0:
+				region = block[:last+1]
+			case len(block) == len(s.buf):
+				// One line fills the buffer: skip it.
+				s.Oversized++
+				skipping = true
+				base += int64(len(block))
+				carry = 0
+				continue
+			default:
+				region = block[:0]
+			}
 		}
-		line = bytes.TrimSuffix(line, []byte("\n"))
-		return line, nil
+		s.lines(region, base+int64(skip), fn)
+		if eof {
+			return nil
+		}
+		base += int64(skip + len(region))
+		carry = copy(s.buf, block[len(region):])
+	}
+}
+
+func (s *BlockScanner) lines(region []byte, base int64, fn func([]byte, int64)) {
+	s.find.Reset(region)
+	pos := 0
+	for {
+		h := s.find.Next(pos)
+		if h < 0 {
+			return
+		}
+		start := bytes.LastIndexByte(region[:h], '\n') + 1
+		end := len(region)
+		if e := bytes.IndexByte(region[h:], '\n'); e >= 0 {
+			end = h + e
+		}
+		if end-start > s.max {
+			s.Oversized++
+		} else {
+			fn(region[start:end], base+int64(start))
+		}
+		pos = end + 1
+		if pos >= len(region) {
+			return
+		}
 	}
 }

@@ -70,6 +70,7 @@ type Expectation struct {
 // to one). Pointer fields are null when the log holds no evidence.
 type CommSummary struct {
 	Job          string            `json:"job,omitempty"`
+	Namespace    string            `json:"namespace,omitempty"`
 	CommID       string            `json:"comm_id"`
 	NCCLVersions []string          `json:"nccl_versions"`
 	Network      *string           `json:"network"`
@@ -102,6 +103,11 @@ type CommSummary struct {
 	Reasons      []string          `json:"reasons"`
 	FirstSeen    time.Time         `json:"first_seen"`
 	LastSeen     time.Time         `json:"last_seen"`
+	// Version orders the states of one summary: the number of NCCL events
+	// folded into the job when it was computed. It is deterministic for a
+	// given set of events, so a replay after a crash writes the same
+	// version and storage (ReplacingMergeTree) keeps one row.
+	Version uint64 `json:"version"`
 }
 
 // JobSummary rolls up a job's communicators. Its JSON form is the
@@ -127,4 +133,5 @@ type JobSummary struct {
 	NCCLLines    int64     `json:"nccl_lines"`
 	FirstSeen    time.Time `json:"first_seen"`
 	LastSeen     time.Time `json:"last_seen"`
+	Version      uint64    `json:"version"` // as CommSummary.Version
 }

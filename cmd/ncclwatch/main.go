@@ -16,6 +16,7 @@ const usage = `usage: ncclwatch <command> [flags] [args]
 
 commands:
   scan     classify NCCL logs from files or stdin and print the verdict
+  gen      write a seeded synthetic training log for benchmarks
   version  print the version
 
 Run 'ncclwatch <command> -h' for a command's flags.
@@ -36,6 +37,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "scan":
 		return runScan(args[1:], stdin, stdout, stderr)
+	case "gen":
+		return runGen(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "ncclwatch", version)
 		return exitOK

@@ -27,12 +27,12 @@ type scanResult struct {
 }
 
 type scanInput struct {
-	Files     []string `json:"files"`
-	Lines     int64    `json:"lines"`
-	Bytes     int64    `json:"bytes"`
-	NCCLLines int64    `json:"nccl_lines"`
-	Oversized int64    `json:"oversized_lines"`
-	Malformed int64    `json:"malformed_records"`
+	Files      []string `json:"files"`
+	Bytes      int64    `json:"bytes"`
+	Candidates int64    `json:"candidate_lines"` // lines the prefilter passed
+	NCCLLines  int64    `json:"nccl_lines"`
+	Oversized  int64    `json:"oversized_lines"`
+	Malformed  int64    `json:"malformed_records"`
 }
 
 // scanner runs the shared decode → classify → assemble path over files.
@@ -57,20 +57,16 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	}
 }
 
-// read scans one input. name is shown in errors and progress.
+// read scans one input. name is shown in errors and progress. Only the
+// lines around candidate tokens are decoded (pipeline.BlockScanner); each is
+// decoded on its own, so a partial CRI or Docker line is emitted as it is
+// rather than joined to an unrelated later candidate.
 func (s *scanner) read(name string, r io.Reader, size int64) error {
 	s.input.Files = append(s.input.Files, name)
-	lr := pipeline.NewLineReader(r, s.max)
+	bs := pipeline.NewBlockScanner(r, &parsers.Finder{}, s.max)
 	emit := s.proc.Record
-	var n int64
-	for {
-		line, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
+	err := bs.Scan(func(line []byte, off int64) {
+		s.input.Candidates++
 		if err := s.dec.Decode(line, emit); err != nil {
 			if errors.Is(err, parsers.ErrOversized) {
 				s.input.Oversized++
@@ -78,15 +74,18 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 				s.input.Malformed++
 			}
 		}
-		n++
-		if s.prog != nil && n&0xffff == 0 {
-			s.prog.update(name, lr.Offset, size)
+		s.dec.Flush(emit)
+		if s.prog != nil && s.input.Candidates&0x3ff == 0 {
+			s.prog.update(name, off, size)
 		}
-	}
-	s.dec.Flush(emit)
-	s.input.Oversized += lr.Oversized
+	})
+	s.input.Bytes += bs.Bytes
+	s.input.Oversized += bs.Oversized
 	if s.prog != nil {
 		s.prog.done()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
@@ -98,8 +97,6 @@ func (s *scanner) result() scanResult {
 		comms = []pipeline.CommSummary{}
 	}
 	in := s.input
-	in.Lines = s.proc.Stats.Records
-	in.Bytes = s.proc.Stats.Bytes
 	in.NCCLLines = s.proc.Stats.NCCLLines
 	return scanResult{Communicators: comms, Summary: sum, Input: in}
 }
@@ -205,8 +202,8 @@ func printTable(w io.Writer, res scanResult) {
 	for _, r := range s.Reasons {
 		fmt.Fprintln(w, "  -", r)
 	}
-	fmt.Fprintf(w, "nccl version %s, %d WARN lines, %d NCCL lines of %d\n", strOrDash(s.NCCLVersion), s.Warns,
-		res.Input.NCCLLines, res.Input.Lines)
+	fmt.Fprintf(w, "nccl version %s, %d WARN lines, %d NCCL lines in %d bytes\n", strOrDash(s.NCCLVersion), s.Warns,
+		res.Input.NCCLLines, res.Input.Bytes)
 	if res.Input.Oversized > 0 || res.Input.Malformed > 0 {
 		fmt.Fprintf(w, "skipped: %d oversized lines, %d malformed records\n", res.Input.Oversized, res.Input.Malformed)
 	}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// genConfig describes a synthetic training log: trainer output with NCCL
+// init lines of a multi-node job mixed in, as a seeded, reproducible stream.
+type genConfig struct {
+	Seed      uint64
+	Bytes     int64   // stop after about this many bytes
+	NCCLShare float64 // fraction of lines that are NCCL lines (0.05 = 5 %)
+	Format    string  // "raw" or "fluentbit"
+	Nodes     int
+	GPUs      int
+	Network   string // "IB" or "Socket": the fabric the synthetic job uses
+}
+
+func defaultGenConfig() genConfig {
+	return genConfig{Seed: 1, Bytes: 64 << 20, NCCLShare: 0.05, Format: "raw", Nodes: 2, GPUs: 8, Network: "IB"}
+}
+
+// trainerLines are shapes of real trainer output (Megatron-LM, torchtitan,
+// Hugging Face, DeepSpeed, tqdm, Python warnings); %d fields are filled per
+// line.
+var trainerLines = []string{
+	" iteration %7d/  500000 | consumed samples: %10d | elapsed time per iteration (ms): %d.%d | learning rate: 1.499E-04 | global batch size:    64 | lm loss: 2.%05dE+00 | loss scale: 1.0 | grad norm: 0.%03d | number of skipped iterations:   0 | number of nan iterations:   0 |",
+	"[rank%d]:[titan] 2025-01-14 10:%02d:%02d,%03d - root - INFO - step: %4d  loss:  %d.%04d  memory: 38.12GiB(48.19%%)  tps: %d  tflops: 312.%02d  mfu: %d.%02d%%",
+	"{'loss': %d.%04d, 'grad_norm': 0.%04d, 'learning_rate': 1.9%03de-05, 'epoch': 0.%02d}",
+	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [logging.py:96:log_dist] [Rank %d] step=%d, skipped=0, lr=[0.000%d], mom=[(0.9, 0.95)]",
+	"Epoch %d:  %2d%%|███▍      | %d/1250 [%02d:%02d<%02d:%02d,  4.%02dit/s, loss=0.%03d, v_num=%d]",
+	"/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:%d: UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. In version 2.%d we will raise an exception if use_reentrant is not passed.",
+	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [timer.py:%d:stop] epoch=0/micro_step=%d/global_step=%d, RunningAvgSamplesPerSec=%d.%03d, CurrSamplesPerSec=%d.%03d, MemAllocated=21.%02dGB, MaxMemAllocated=33.%02dGB",
+}
+
+// ncclTemplates are NCCL init lines of current releases; {h} {p} {t} {d} {r}
+// {n} {ip} {peer} are filled per rank.
+var ncclTemplates = map[string][]string{
+	"IB": {
+		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB [RO]; OOB eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO Using network IB",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0xde4443395863ef4a - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/IB/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 01/0 : {r}[{d}] -> {peer}[{d}] [send] via NET/IB/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/CUMEM",
+		"{h}:{p}:{p} [{d}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0xde4443395863ef4a - Init COMPLETE",
+	},
+	"Socket": {
+		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO NCCL version 2.26.2+cuda12.2",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/IB : No device found.",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/Socket : Using [0]eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO Using network Socket",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0x0b3f2a17c90e4d21 - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/Socket/0",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/CUMEM",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0x0b3f2a17c90e4d21 - Init COMPLETE",
+	},
+}
+
+// generate writes a synthetic mixed stream to w.
+func generate(w io.Writer, cfg genConfig) (int64, error) {
+	tpl, ok := ncclTemplates[cfg.Network]
+	if !ok {
+		return 0, fmt.Errorf("gen: network %q: want IB or Socket", cfg.Network)
+	}
+	if cfg.Nodes < 1 || cfg.GPUs < 1 || cfg.NCCLShare < 0 || cfg.NCCLShare > 1 {
+		return 0, errors.New("gen: nodes and gpus must be >= 1, nccl share in [0,1]")
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	bw := bufio.NewWriterSize(w, 1<<20)
+	nranks := cfg.Nodes * cfg.GPUs
+	var written int64
+	var line []byte
+	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var jsonBuf []byte
+	for i := int64(0); written < cfg.Bytes; i++ {
+		line = line[:0]
+		r := rng.IntN(nranks)
+		if rng.Float64() < cfg.NCCLShare {
+			line = fillNCCL(line, tpl[rng.IntN(len(tpl))], r, cfg)
+		} else {
+			line = fillTrainer(line, trainerLines[rng.IntN(len(trainerLines))], rng)
+		}
+		out := line
+		if cfg.Format == "fluentbit" {
+			node := r / cfg.GPUs
+			t := base.Add(time.Duration(i) * time.Millisecond)
+			jsonBuf = fluentBitRecord(jsonBuf[:0], line, t, node, r%cfg.GPUs)
+			out = jsonBuf
+		}
+		n, err := bw.Write(out)
+		if err != nil {
+			return written, err
+		}
+		if err := bw.WriteByte('\n'); err != nil {
+			return written, err
+		}
+		written += int64(n + 1)
+	}
+	return written, bw.Flush()
+}
+
+func fillNCCL(dst []byte, tpl string, r int, cfg genConfig) []byte {
+	node, d := r/cfg.GPUs, r%cfg.GPUs
+	peer := (r + cfg.GPUs) % (cfg.Nodes * cfg.GPUs)
+	next := node*cfg.GPUs + (d+1)%cfg.GPUs
+	rep := strings.NewReplacer(
+		"{h}", "train-llm-7b-worker-"+strconv.Itoa(node), "{p}", strconv.Itoa(4000+d), "{t}", strconv.Itoa(4100+d),
+		"{d}", strconv.Itoa(d), "{r}", strconv.Itoa(r), "{n}", strconv.Itoa(cfg.Nodes*cfg.GPUs),
+		"{nn}", strconv.Itoa(cfg.Nodes), "{g}", strconv.Itoa(cfg.GPUs), "{ip}", "10.0."+strconv.Itoa(node)+".10",
+		"{peer}", strconv.Itoa(peer), "{next}", strconv.Itoa(next), "{nd}", strconv.Itoa(next%cfg.GPUs))
+	return append(dst, rep.Replace(tpl)...)
+}
+
+func fillTrainer(dst []byte, tpl string, rng *rand.Rand) []byte {
+	// Replace each %d / %0Nd with a random number; %% stays %.
+	for i := 0; i < len(tpl); i++ {
+		c := tpl[i]
+		if c != '%' || i+1 >= len(tpl) {
+			dst = append(dst, c)
+			continue
+		}
+		j := i + 1
+		for j < len(tpl) && tpl[j] >= '0' && tpl[j] <= '9' {
+			j++
+		}
+		if j < len(tpl) && tpl[j] == 'd' {
+			// %0Nd: N digits; %d: up to four.
+			limit := 10000
+			if w, err := strconv.Atoi(tpl[i+1 : j]); err == nil && w > 0 && w < 9 {
+				limit = 1
+				for k := 0; k < w; k++ {
+					limit *= 10
+				}
+				dst = fmt.Appendf(dst, "%0*d", w, rng.IntN(limit))
+			} else {
+				dst = strconv.AppendInt(dst, int64(rng.IntN(limit)), 10)
+			}
+			i = j
+			continue
+		}
+		if tpl[i+1] == '%' {
+			dst = append(dst, '%')
+			i++
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// fluentBitRecord wraps line as Fluent Bit's Kafka output writes it
+// (deploy/fluent-bit/README.md has the exact shape).
+func fluentBitRecord(dst, line []byte, t time.Time, node, gpu int) []byte {
+	dst = append(dst, `{"@timestamp":`...)
+	dst = strconv.AppendFloat(dst, float64(t.UnixNano())/1e9, 'f', 6, 64)
+	dst = append(dst, `,"log":`...)
+	esc, _ := json.Marshal(string(line) + "\n")
+	dst = append(dst, esc...)
+	dst = append(dst, `,"stream":"stdout","time":"`...)
+	dst = t.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","kubernetes":{"pod_name":"train-llm-7b-worker-`...)
+	dst = strconv.AppendInt(dst, int64(node), 10)
+	dst = append(dst, `","namespace_name":"ml-research","pod_id":"6f0c1c1e-4a4b-4d55-9f0e-2f0d4c8f`...)
+	dst = strconv.AppendInt(dst, int64(1000+node), 10)
+	dst = append(dst, `","labels":{"training.kubeflow.org/job-name":"train-llm-7b","training.kubeflow.org/replica-type":"worker","training.kubeflow.org/replica-index":"`...)
+	dst = strconv.AppendInt(dst, int64(node), 10)
+	dst = append(dst, `"},"host":"gpu-node-`...)
+	dst = strconv.AppendInt(dst, int64(node), 10)
+	dst = append(dst, `","container_name":"pytorch","docker_id":"5f1e0b9c2d7a","container_image":"nvcr.io/nvidia/pytorch:25.01-py3"}}`...)
+	_ = gpu
+	return dst
+}
+
+func runGen(args []string, stdout, stderr io.Writer) int {
+	cfg := defaultGenConfig()
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed: the same seed gives the same bytes")
+	size := fs.String("size", "64MB", "approximate output size (B, KB, MB, GB)")
+	fs.Float64Var(&cfg.NCCLShare, "nccl-share", cfg.NCCLShare, "fraction of lines that are NCCL lines")
+	fs.StringVar(&cfg.Format, "format", cfg.Format, "raw or fluentbit")
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job")
+	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node")
+	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB or Socket")
+	out := fs.String("o", "-", "output file, - for stdout")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ncclwatch gen [flags]  — write a seeded synthetic training log (trainer output with NCCL lines)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	n, err := parseSize(*size)
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch gen: --size:", err)
+		return exitUsage
+	}
+	cfg.Bytes = n
+	if cfg.Format != "raw" && cfg.Format != "fluentbit" {
+		fmt.Fprintln(stderr, "ncclwatch gen: --format: want raw or fluentbit")
+		return exitUsage
+	}
+	w := stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch gen:", err)
+			return exitUsage
+		}
+		defer f.Close()
+		w = f
+	}
+	if _, err := generate(w, cfg); err != nil {
+		fmt.Fprintln(stderr, "ncclwatch gen:", err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// parseSize reads "64MB", "1GB", "512KB" or a plain byte count (powers of 1024).
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			mult, s = u.m, strings.TrimSuffix(s, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,118 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+)
+
+// EventRow is one classified NCCL line as stored in the nccl_events table:
+// who logged it, where it came from, and the line itself so that assembler
+// state can be rebuilt from storage after a restart.
+type EventRow struct {
+	Source    Source
+	Time      time.Time // envelope time; ingest time when the envelope had none
+	Job       string
+	Namespace string
+	Cluster   string
+	Pod       string
+	Container string
+	Node      string
+	Host      string // NCCL hostname
+	PID       string
+	Dev       int // [cudaDev] of the line, -1 when absent
+	Rank      int // rank the line or its launcher prefix gave, -1 when absent
+	Kind      string
+	Warn      bool
+	Line      string // the line after envelope decoding, capped
+}
+
+// DeadLetter is a record that could not be processed: undecodable or
+// oversized. It keeps its coordinates and (capped) raw bytes.
+type DeadLetter struct {
+	Source Source
+	Time   time.Time
+	Reason string
+	Raw    []byte
+}
+
+// Offset is a Kafka position to commit once the batch holding it was
+// accepted: the next offset to read in one partition.
+type Offset struct {
+	Topic     string
+	Partition int32
+	Next      int64
+}
+
+// Batch is the unit a sink accepts or rejects as a whole. Summaries carry a
+// version (see CommSummary.Version) so that storage keeps the latest state
+// per key however often a summary is written.
+type Batch struct {
+	Events      []EventRow
+	Comms       []CommSummary
+	Jobs        []JobSummary
+	DeadLetters []DeadLetter
+	Offsets     []Offset
+	Bytes       int // approximate size, for batching by bytes
+}
+
+// Len returns the number of rows in the batch.
+func (b *Batch) Len() int {
+	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters)
+}
+
+// Reset empties the batch, keeping its capacity.
+func (b *Batch) Reset() {
+	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
+	b.Bytes = 0
+}
+
+// Consumer is a pipeline stage: enrichment, the rules tap and the sinks
+// chain through it.
+//
+// Ownership: the callee must not keep or mutate the batch (or anything it
+// points to) after Consume returns; it copies what it needs. Calls are not
+// concurrent: the run loop calls Consume from one goroutine. Consume blocks
+// until the batch is durably accepted (a sink) or passed on (a stage), and
+// returns an error when it was not: the caller then keeps the batch's
+// offsets uncommitted and may retry with a rebuilt batch. An error wrapped
+// with Permanent will fail again on retry.
+type Consumer interface {
+	Consume(ctx context.Context, b *Batch) error
+}
+
+// ConsumerFunc adapts a function to a Consumer.
+type ConsumerFunc func(ctx context.Context, b *Batch) error
+
+// Consume calls f(ctx, b).
+func (f ConsumerFunc) Consume(ctx context.Context, b *Batch) error { return f(ctx, b) }
+
+// permanent marks an error that retrying will not fix.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err to say that retrying will not help (a schema mismatch,
+// a record no server will take). It is the one place retry versus
+// dead-letter is decided.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsPermanent reports whether err was wrapped by Permanent.
+func IsPermanent(err error) bool {
+	for err != nil {
+		if _, ok := err.(permanent); ok {
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
