@@ -79,6 +79,7 @@ type jobState struct {
 	versions    []string
 	ringMembers []int
 	extraIPs    []string // launcher IPs from lines with no NCCL process
+	nodes       []string // Kubernetes nodes (envelope metadata) the job's records came from
 	lines       int64
 	dropped     int64 // processes beyond MaxProcsPerJob
 	expect      *Expectation
@@ -190,6 +191,14 @@ func (a *Assembler) SetExpectation(job string, e *Expectation) {
 	}
 }
 
+// Nodes returns the Kubernetes nodes a job's records came from.
+func (a *Assembler) Nodes(job string) []string {
+	if j, ok := a.jobs[job]; ok {
+		return slices.Clone(j.nodes)
+	}
+	return nil
+}
+
 // Jobs returns the names of the jobs held, sorted.
 func (a *Assembler) Jobs() []string {
 	names := make([]string, 0, len(a.jobs))
@@ -237,9 +246,14 @@ func (a *Assembler) job(name string, meta *Meta, t time.Time) *jobState {
 		j = &jobState{name: name, procs: make(map[string]*proc), comms: make(map[string]*comm), first: t, last: t}
 		a.jobs[name] = j
 	}
-	if meta != nil && j.meta.Pod == "" && j.meta.Namespace == "" {
-		j.meta = *meta
-		j.meta.Labels = nil // labels are for enrichment at decode time, not kept per job
+	if meta != nil {
+		if j.meta.Pod == "" && j.meta.Namespace == "" && j.meta.Job == "" {
+			j.meta = *meta
+			j.meta.Labels = nil // labels are for enrichment at decode time, not kept per job
+		}
+		if meta.Node != "" && len(j.nodes) < maxSmall && !slices.Contains(j.nodes, meta.Node) {
+			j.nodes = append(j.nodes, meta.Node)
+		}
 	}
 	if !t.IsZero() {
 		if j.first.IsZero() || t.Before(j.first) {

@@ -56,7 +56,7 @@ type view struct {
 }
 
 func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect Expectation) CommSummary {
-	s := CommSummary{Job: j.name, CommID: id, Expect: expect, Env: map[string]string{},
+	s := CommSummary{Job: j.displayName(), Cluster: j.meta.Cluster, CommID: id, Expect: expect, Env: map[string]string{},
 		NCCLVersions: []string{}, HCAs: []HCA{}, Hosts: []string{}, Intra: []string{},
 		RDMAFailure: []string{}, Warnings: []string{}, Reasons: []string{}}
 	if id == "" {
@@ -644,7 +644,7 @@ func verdict(s *CommSummary, e Expectation, multiWhy string) (Verdict, []string)
 // rollUp builds the job summary: whole-job facts, worst communicator
 // verdict, and the job-only reasons (mixed networks, version skew).
 func rollUp(j *jobState, whole CommSummary, comms []CommSummary) JobSummary {
-	js := JobSummary{Job: j.name, Namespace: j.meta.Namespace, Cluster: j.meta.Cluster,
+	js := JobSummary{Job: j.displayName(), Namespace: j.meta.Namespace, Cluster: j.meta.Cluster,
 		Network: whole.Network, Fabric: whole.Fabric, GDR: whole.GDR, MultiNode: whole.MultiNode,
 		NNodes: whole.NNodes, NRanks: whole.NRanks, Intra: whole.Intra, Warns: whole.Warns,
 		NCCLLines: j.lines, FirstSeen: j.first, LastSeen: j.last, Reasons: []string{}, Version: uint64(j.lines)}
@@ -691,6 +691,14 @@ func rollUp(j *jobState, whole CommSummary, comms []CommSummary) JobSummary {
 		js.Fallback = ptr(false)
 	}
 	return js
+}
+
+// displayName is the job's own name (from metadata) or its key.
+func (j *jobState) displayName() string {
+	if j.meta.Job != "" {
+		return j.meta.Job
+	}
+	return j.name
 }
 
 // lineDevs returns the devices this process printed in its line prefixes.

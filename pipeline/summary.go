@@ -71,6 +71,7 @@ type Expectation struct {
 type CommSummary struct {
 	Job          string            `json:"job,omitempty"`
 	Namespace    string            `json:"namespace,omitempty"`
+	Cluster      string            `json:"cluster,omitempty"`
 	CommID       string            `json:"comm_id"`
 	NCCLVersions []string          `json:"nccl_versions"`
 	Network      *string           `json:"network"`

@@ -1,0 +1,270 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultJobLabels are the pod labels that name a training job, tried in
+// order: Kubeflow Training Operator, Kubernetes Jobs, JobSet, Volcano, Ray,
+// Slurm-on-Kubernetes and the plain job-name convention.
+var DefaultJobLabels = []string{
+	"training.kubeflow.org/job-name",
+	"batch.kubernetes.io/job-name",
+	"jobset.sigs.k8s.io/jobset-name",
+	"volcano.sh/job-name",
+	"ray.io/cluster",
+	"slurm.job-id",
+	"slurm_job_id",
+	"job-name",
+	"app.kubernetes.io/instance",
+}
+
+// JobNamer derives a job's identity from a record: the first configured
+// label present, then the envelope's own job field, then the Kafka key (the
+// Fluent Bit output keys records by job), then the pod name.
+type JobNamer struct {
+	Labels []string
+}
+
+// Name returns the job name for rec; key is the Kafka record key (may be
+// nil).
+func (n JobNamer) Name(rec *Record, key []byte) string {
+	if m := rec.Meta; m != nil {
+		for _, l := range n.Labels {
+			if v := m.Labels[l]; v != "" {
+				return v
+			}
+		}
+		if m.Job != "" {
+			return m.Job
+		}
+	}
+	if len(key) > 0 {
+		return string(key)
+	}
+	if m := rec.Meta; m != nil && m.Pod != "" {
+		return m.Pod
+	}
+	return "unknown"
+}
+
+// JobKey is the assembler's key for a job: cluster, namespace and name, so
+// that two namespaces' jobs of the same name stay apart.
+func JobKey(cluster, namespace, job string) string {
+	return cluster + "/" + namespace + "/" + job
+}
+
+// SplitJobKey reverses JobKey.
+func SplitJobKey(key string) (cluster, namespace, job string) {
+	cluster, rest, _ := strings.Cut(key, "/")
+	namespace, job, _ = strings.Cut(rest, "/")
+	return cluster, namespace, job
+}
+
+// NodeFacts is what the inventory knows about a node.
+type NodeFacts struct {
+	Node        string `yaml:"node"`
+	Pool        string `yaml:"pool"`
+	Zone        string `yaml:"zone"`
+	Rack        string `yaml:"rack"`
+	RDMACapable *bool  `yaml:"rdma_capable"`
+	HCAs        int    `yaml:"hcas"`
+	GDRExpected *bool  `yaml:"gdr_expected"`
+}
+
+// Inventory holds node facts loaded from a YAML or CSV file and reloads the
+// file when it changes. It is safe for concurrent use.
+//
+// YAML: a list of NodeFacts, or {nodes: [...]}. CSV: a header row naming
+// the columns node,pool,zone,rack,rdma_capable,hcas,gdr_expected (any
+// order; missing columns are unknown).
+type Inventory struct {
+	path  string
+	mu    sync.RWMutex
+	nodes map[string]NodeFacts
+	mod   time.Time
+	size  int64
+}
+
+// LoadInventory reads path.
+func LoadInventory(path string) (*Inventory, error) {
+	inv := &Inventory{path: path}
+	if _, err := inv.Reload(); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// Reload rereads the file when its modification time or size changed and
+// reports whether it did. On a parse error the previous contents stay.
+func (inv *Inventory) Reload() (bool, error) {
+	st, err := os.Stat(inv.path)
+	if err != nil {
+		return false, fmt.Errorf("inventory: %w", err)
+	}
+	inv.mu.RLock()
+	same := st.ModTime().Equal(inv.mod) && st.Size() == inv.size && inv.nodes != nil
+	inv.mu.RUnlock()
+	if same {
+		return false, nil
+	}
+	b, err := os.ReadFile(inv.path)
+	if err != nil {
+		return false, fmt.Errorf("inventory: %w", err)
+	}
+	nodes, err := ParseInventory(inv.path, b)
+	if err != nil {
+		return false, err
+	}
+	inv.mu.Lock()
+	inv.nodes, inv.mod, inv.size = nodes, st.ModTime(), st.Size()
+	inv.mu.Unlock()
+	return true, nil
+}
+
+// Node returns the facts of a node.
+func (inv *Inventory) Node(name string) (NodeFacts, bool) {
+	if inv == nil {
+		return NodeFacts{}, false
+	}
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	f, ok := inv.nodes[name]
+	return f, ok
+}
+
+// Len returns the number of nodes known.
+func (inv *Inventory) Len() int {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	return len(inv.nodes)
+}
+
+// ParseInventory parses YAML or CSV (chosen by the name's extension, YAML
+// otherwise).
+func ParseInventory(name string, b []byte) (map[string]NodeFacts, error) {
+	var list []NodeFacts
+	switch {
+	case strings.HasSuffix(strings.ToLower(name), ".csv"):
+		var err error
+		if list, err = parseInventoryCSV(b); err != nil {
+			return nil, fmt.Errorf("inventory %s: %w", name, err)
+		}
+	default:
+		if err := yaml.Unmarshal(b, &list); err != nil {
+			var wrapped struct {
+				Nodes []NodeFacts `yaml:"nodes"`
+			}
+			if err2 := yaml.Unmarshal(b, &wrapped); err2 != nil {
+				return nil, fmt.Errorf("inventory %s: %w", name, err)
+			}
+			list = wrapped.Nodes
+		}
+	}
+	out := make(map[string]NodeFacts, len(list))
+	for i, n := range list {
+		if n.Node == "" {
+			return nil, fmt.Errorf("inventory %s: entry %d: node: must not be empty", name, i+1)
+		}
+		out[n.Node] = n
+	}
+	return out, nil
+}
+
+func parseInventoryCSV(b []byte) ([]NodeFacts, error) {
+	r := csv.NewReader(bytes.NewReader(b))
+	r.TrimLeadingSpace = true
+	r.Comment = '#'
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	if _, ok := col["node"]; !ok {
+		return nil, errors.New("header: no node column")
+	}
+	var out []NodeFacts
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		get := func(k string) string {
+			if i, ok := col[k]; ok && i < len(rec) {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		n := NodeFacts{Node: get("node"), Pool: get("pool"), Zone: get("zone"), Rack: get("rack")}
+		if v := get("rdma_capable"); v != "" {
+			bv, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: rdma_capable: %w", line, err)
+			}
+			n.RDMACapable = &bv
+		}
+		if v := get("gdr_expected"); v != "" {
+			bv, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: gdr_expected: %w", line, err)
+			}
+			n.GDRExpected = &bv
+		}
+		if v := get("hcas"); v != "" {
+			if n.HCAs, err = strconv.Atoi(v); err != nil {
+				return nil, fmt.Errorf("line %d: hcas: %w", line, err)
+			}
+		}
+		out = append(out, n)
+	}
+}
+
+// Expect derives a job's expectation from the facts of the nodes it runs
+// on: fleet policy, not what the job asked for (the pod spec that should
+// request RDMA may be the thing that broke). A node in an RDMA-capable pool
+// expects RDMA; a pool marked not RDMA-capable expects TCP; the smallest HCA
+// count of the job's nodes is the count each should use. Nodes not in the
+// inventory leave def in place.
+func (inv *Inventory) Expect(nodes []string, def Expectation) Expectation {
+	e := def
+	seen := false
+	for _, name := range nodes {
+		f, ok := inv.Node(name)
+		if !ok {
+			continue
+		}
+		if f.RDMACapable != nil {
+			if *f.RDMACapable {
+				e.Network = ClassRDMA
+			} else if !seen || e.Network != ClassRDMA {
+				e.Network = ClassTCP
+			}
+		}
+		if f.GDRExpected != nil {
+			g := *f.GDRExpected
+			e.GDR = &g
+		}
+		if f.HCAs > 0 && (e.HCAs == 0 || f.HCAs < e.HCAs) {
+			e.HCAs = f.HCAs
+		}
+		seen = true
+	}
+	return e
+}

@@ -1,0 +1,434 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// recordingSink stores copies of the batches it accepts; it fails the
+// first failures calls.
+type recordingSink struct {
+	mu       sync.Mutex
+	failures int
+	calls    int
+	events   []pipeline.EventRow
+	jobs     []pipeline.JobSummary
+	comms    []pipeline.CommSummary
+	dead     []pipeline.DeadLetter
+	offsets  [][]pipeline.Offset // offsets of each accepted batch
+}
+
+func (s *recordingSink) Consume(_ context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.failures > 0 {
+		s.failures--
+		return errors.New("clickhouse: connection refused")
+	}
+	s.events = append(s.events, b.Events...)
+	s.jobs = append(s.jobs, b.Jobs...)
+	s.comms = append(s.comms, b.Comms...)
+	for _, d := range b.DeadLetters {
+		d.Raw = append([]byte(nil), d.Raw...)
+		s.dead = append(s.dead, d)
+	}
+	s.offsets = append(s.offsets, append([]pipeline.Offset(nil), b.Offsets...))
+	return nil
+}
+
+// LoadEvents serves the stored events back, as the ClickHouse sink does.
+func (s *recordingSink) LoadEvents(_ context.Context, topic string, parts []int32, _ time.Time, fn func(pipeline.EventRow) error) error {
+	s.mu.Lock()
+	rows := append([]pipeline.EventRow(nil), s.events...)
+	s.mu.Unlock()
+	seen := map[pipeline.Source]bool{}
+	for _, r := range rows {
+		if r.Source.Topic != topic || seen[r.Source] {
+			continue
+		}
+		seen[r.Source] = true
+		for _, p := range parts {
+			if p == r.Source.Partition {
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (s *recordingSink) latestJob(job string) (pipeline.JobSummary, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best pipeline.JobSummary
+	ok := false
+	for _, j := range s.jobs {
+		if j.Job == job && (!ok || j.Version >= best.Version) {
+			best, ok = j, true
+		}
+	}
+	return best, ok
+}
+
+type recordingCommitter struct {
+	mu      sync.Mutex
+	commits [][]pipeline.Offset
+}
+
+func (c *recordingCommitter) Commit(_ context.Context, offs []pipeline.Offset) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commits = append(c.commits, append([]pipeline.Offset(nil), offs...))
+	return nil
+}
+
+// fluentBit builds a record of the shape deploy/fluent-bit produces.
+func fluentBit(t testing.TB, line, job, pod, node string) []byte {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{
+		"@timestamp": 1764417600.5,
+		"log":        line + "\n",
+		"stream":     "stdout",
+		"time":       "2025-11-29T12:00:00.5Z",
+		"kubernetes": map[string]any{
+			"pod_name": pod, "namespace_name": "ml", "host": node, "container_name": "pytorch",
+			"labels": map[string]string{"training.kubeflow.org/job-name": job},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func corpusLines(t testing.TB, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+type harness struct {
+	r      *pipeline.Runner
+	sink   *recordingSink
+	commit *recordingCommitter
+	reg    *prometheus.Registry
+	m      *pipeline.Metrics
+	now    time.Time
+	offset map[int32]int64
+}
+
+func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerConfig)) *harness {
+	t.Helper()
+	cfg := pipeline.DefaultRunnerConfig()
+	cfg.RetryBackoff = time.Millisecond
+	cfg.MaxBackoff = 4 * time.Millisecond
+	cfg.MaxRecordBytes = 4096
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{sink: sink, commit: &recordingCommitter{}, reg: prometheus.NewRegistry(),
+		now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), offset: map[int32]int64{}}
+	h.m = pipeline.NewMetrics(h.reg)
+	dcfg := parsers.DefaultDecoderConfig()
+	dcfg.Strict = true
+	h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{
+		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
+		Sink: sink, Committer: h.commit, Loader: sink, Metrics: h.m, Logger: zerolog.Nop(),
+		Now: func() time.Time { return h.now },
+	})
+	return h
+}
+
+func (h *harness) send(t testing.TB, part int32, key string, value []byte) {
+	t.Helper()
+	off := h.offset[part]
+	h.offset[part]++
+	if err := h.r.Message(context.Background(), pipeline.Message{Topic: "logs", Partition: part, Offset: off,
+		Key: []byte(key), Value: value, Time: h.now}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) sendFile(t testing.TB, part int32, job, name string) {
+	t.Helper()
+	for _, l := range corpusLines(t, name) {
+		h.send(t, part, job, fluentBit(t, l, job, job+"-worker-0", "node-"+job))
+	}
+}
+
+const (
+	healthy  = "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log"
+	fallback = "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log"
+)
+
+func TestRunnerClassifiesAndCommitsAfterStore(t *testing.T) {
+	sink := &recordingSink{}
+	h := newHarness(t, sink, nil)
+	h.sendFile(t, 0, "llm-ib", healthy)
+	h.sendFile(t, 1, "llm-sock", fallback)
+	if len(h.commit.commits) != 0 {
+		t.Fatalf("committed %v before any batch was stored", h.commit.commits)
+	}
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ib, ok := sink.latestJob("llm-ib")
+	if !ok || ib.Verdict != pipeline.VerdictOK || ib.Network == nil || *ib.Network != "IB" {
+		t.Fatalf("llm-ib summary = %+v; want ok on IB", ib)
+	}
+	sock, ok := sink.latestJob("llm-sock")
+	if !ok || sock.Verdict != pipeline.VerdictSocketFallback || sock.Fallback == nil || !*sock.Fallback {
+		t.Fatalf("llm-sock summary = %+v; want socket_fallback", sock)
+	}
+	if sock.Namespace != "ml" {
+		t.Errorf("namespace = %q; want ml", sock.Namespace)
+	}
+	if len(h.commit.commits) != 1 {
+		t.Fatalf("commits = %v; want one after the stored batch", h.commit.commits)
+	}
+	want := map[int32]int64{0: h.offset[0], 1: h.offset[1]}
+	for _, o := range h.commit.commits[0] {
+		if o.Next != want[o.Partition] {
+			t.Errorf("committed partition %d at %d; want %d", o.Partition, o.Next, want[o.Partition])
+		}
+	}
+	if got := testutil.ToFloat64(h.m.NCCLLines); int(got) != len(sink.events) || got == 0 {
+		t.Errorf("nccl lines metric %v, events stored %d", got, len(sink.events))
+	}
+}
+
+// TestRunnerEndToEndEqualsScan checks that the streaming path classifies a
+// file exactly as scan's path (Processor over a file) does.
+func TestRunnerMatchesDirectAssembly(t *testing.T) {
+	for _, name := range []string{healthy, fallback, "069_nccl2.27.5_ofi_plugin_rejected_fallback_internal_ib_roce_part2.log"} {
+		sink := &recordingSink{}
+		h := newHarness(t, sink, nil)
+		h.sendFile(t, 0, "job", name)
+		if err := h.r.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := sink.latestJob("job")
+
+		asm := pipeline.NewAssembler(pipeline.DefaultAssemblerConfig())
+		proc := pipeline.NewProcessor(asm, &parsers.Lines{}, nil)
+		for _, l := range corpusLines(t, name) {
+			proc.Record(&pipeline.Record{Text: []byte(l)})
+		}
+		_, want, _ := asm.Summaries("")
+		if show(got.Network) != show(want.Network) || show(got.GDR) != show(want.GDR) || show(got.MultiNode) != show(want.MultiNode) ||
+			show(got.NRanks) != show(want.NRanks) || got.Verdict != want.Verdict || show(got.Fallback) != show(want.Fallback) {
+			t.Errorf("%s: stream %s/%s/%s/%s/%s; direct %s/%s/%s/%s/%s", name,
+				show(got.Network), show(got.GDR), show(got.MultiNode), got.Verdict, show(got.Fallback),
+				show(want.Network), show(want.GDR), show(want.MultiNode), want.Verdict, show(want.Fallback))
+		}
+	}
+}
+
+func show(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestRunnerRetriesWithoutCommitting(t *testing.T) {
+	sink := &recordingSink{failures: 3}
+	h := newHarness(t, sink, nil)
+	h.sendFile(t, 0, "llm-sock", fallback)
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sink.calls != 4 {
+		t.Fatalf("sink calls = %d; want 3 failures then 1 success", sink.calls)
+	}
+	if len(h.commit.commits) != 1 {
+		t.Fatalf("commits = %d; want exactly 1, after the successful store", len(h.commit.commits))
+	}
+	if got := testutil.ToFloat64(h.m.InsertErrors); got != 3 {
+		t.Errorf("insert errors metric = %v; want 3", got)
+	}
+	// Every event of the file is stored once, not once per attempt.
+	n := 0
+	for _, l := range corpusLines(t, fallback) {
+		if parsers.Candidate([]byte(l)) {
+			n++
+		}
+	}
+	if len(sink.events) == 0 || len(sink.events) > n {
+		t.Errorf("stored %d events; want between 1 and %d", len(sink.events), n)
+	}
+}
+
+func TestRunnerCancelledWhileSinkDownCommitsNothing(t *testing.T) {
+	sink := &recordingSink{failures: 1 << 30}
+	h := newHarness(t, sink, nil)
+	h.sendFile(t, 0, "llm-sock", fallback)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.r.Flush(ctx); err == nil {
+		t.Fatal("Flush with the sink down returned nil")
+	}
+	if len(h.commit.commits) != 0 {
+		t.Fatalf("committed %v with nothing stored", h.commit.commits)
+	}
+}
+
+func TestRunnerDeadLetters(t *testing.T) {
+	sink := &recordingSink{}
+	h := newHarness(t, sink, nil)
+	h.send(t, 0, "j", []byte(`{"log":"h:1:1 [0] NCCL INFO Using network IB\q","kubernetes":{"pod_name":1}}`)) // bad escape
+	h.send(t, 0, "j", []byte(`{"log":"`+strings.Repeat("NCCL ", 2000)+`"}`))                               // over 4096 bytes
+	h.sendFile(t, 0, "llm-sock", fallback)
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.dead) != 2 {
+		t.Fatalf("dead letters = %d; want 2", len(sink.dead))
+	}
+	reasons := sink.dead[0].Reason + " | " + sink.dead[1].Reason
+	if !strings.Contains(reasons, "malformed") || !strings.Contains(reasons, "oversized") {
+		t.Errorf("reasons = %q; want malformed and oversized", reasons)
+	}
+	if got := testutil.ToFloat64(h.m.DeadLetters.WithLabelValues("oversized")); got != 1 {
+		t.Errorf("oversized dead letters metric = %v; want 1", got)
+	}
+	// The stream went on after the poison records.
+	if s, ok := sink.latestJob("llm-sock"); !ok || s.Verdict != pipeline.VerdictSocketFallback {
+		t.Errorf("job after poison records = %+v", s)
+	}
+	if c := h.commit.commits; len(c) != 1 || c[0][0].Next != h.offset[0] {
+		t.Errorf("commits = %v; want all of partition 0 including the dead letters", c)
+	}
+}
+
+// TestRunnerRebuildAfterRestart stops a runner mid-stream without
+// committing its last batch, starts a new one on the same storage, and
+// replays from the last commit: the final summary is the one an
+// uninterrupted run stores, with the same version.
+func TestRunnerRebuildAfterRestart(t *testing.T) {
+	lines := corpusLines(t, healthy)
+	records := make([][]byte, len(lines))
+	for i, l := range lines {
+		records[i] = fluentBit(t, l, "llm-ib", "w-0", "n-0")
+	}
+
+	// Uninterrupted run.
+	ref := &recordingSink{}
+	h := newHarness(t, ref, nil)
+	for _, r := range records {
+		h.send(t, 0, "llm-ib", r)
+	}
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref.latestJob("llm-ib")
+
+	// Interrupted: first third committed, second third stored but not
+	// committed (crash after insert), then a new runner replays.
+	sink := &recordingSink{}
+	a := newHarness(t, sink, nil)
+	third := len(records) / 3
+	for _, r := range records[:third] {
+		a.send(t, 0, "llm-ib", r)
+	}
+	if err := a.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	committed := a.commit.commits[len(a.commit.commits)-1][0].Next
+	for _, r := range records[third : 2*third] {
+		a.send(t, 0, "llm-ib", r)
+	}
+	stored := a.commit
+	a.r.Flush(context.Background())
+	_ = stored // the crash: pretend this commit never reached Kafka
+
+	b := newHarness(t, sink, nil)
+	if err := b.r.Assigned(context.Background(), []pipeline.Partition{{Topic: "logs", Partition: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	b.offset[0] = committed
+	for _, r := range records[committed:] {
+		b.send(t, 0, "llm-ib", r)
+	}
+	if err := b.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := sink.latestJob("llm-ib")
+	if got.Version != want.Version || got.Verdict != want.Verdict || show(got.NNodes) != show(want.NNodes) || show(got.GDR) != show(want.GDR) {
+		t.Fatalf("after restart: version %d verdict %s nnodes %s gdr %s; uninterrupted: version %d verdict %s nnodes %s gdr %s",
+			got.Version, got.Verdict, show(got.NNodes), show(got.GDR), want.Version, want.Verdict, show(want.NNodes), show(want.GDR))
+	}
+	if got := testutil.ToFloat64(b.m.SkippedReplays); got == 0 {
+		t.Error("no replayed record was skipped; the rebuild did not cover stored offsets")
+	}
+	// Storage holds every coordinate at least once and nothing else.
+	seen := map[pipeline.Source]bool{}
+	for _, e := range sink.events {
+		seen[e.Source] = true
+	}
+	if len(seen) != len(ref.events) {
+		t.Errorf("distinct stored events = %d; uninterrupted run stored %d", len(seen), len(ref.events))
+	}
+}
+
+func TestRunnerEvictsIdleJobsAfterFinalSummary(t *testing.T) {
+	sink := &recordingSink{}
+	h := newHarness(t, sink, func(c *pipeline.RunnerConfig) { c.IdleEvict = time.Minute })
+	h.sendFile(t, 0, "llm-ib", healthy)
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h.r.Jobs() != 1 {
+		t.Fatalf("jobs held = %d; want 1", h.r.Jobs())
+	}
+	before := len(sink.jobs)
+	h.now = h.now.Add(2 * time.Minute)
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h.r.Jobs() != 0 {
+		t.Fatalf("jobs held after idle window = %d; want 0", h.r.Jobs())
+	}
+	if len(sink.jobs) != before+1 {
+		t.Fatalf("job summaries stored = %d; want a final one before eviction", len(sink.jobs)-before)
+	}
+}
+
+func TestRunnerManyJobsBoundedMemory(t *testing.T) {
+	sink := &recordingSink{}
+	h := newHarness(t, sink, func(c *pipeline.RunnerConfig) {
+		c.IdleEvict = time.Minute
+		c.Assembler.MaxJobs = 50
+	})
+	for i := 0; i < 200; i++ {
+		job := fmt.Sprintf("job-%d", i)
+		h.send(t, 0, job, fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", job, job, "n"))
+	}
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.r.Jobs(); n > 50 {
+		t.Fatalf("jobs held = %d; want at most MaxJobs 50", n)
+	}
+}
