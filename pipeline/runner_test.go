@@ -298,7 +298,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	sink := &recordingSink{}
 	h := newHarness(t, sink, nil)
 	h.send(t, 0, "j", []byte(`{"log":"h:1:1 [0] NCCL INFO Using network IB\q","kubernetes":{"pod_name":1}}`)) // bad escape
-	h.send(t, 0, "j", []byte(`{"log":"`+strings.Repeat("NCCL ", 2000)+`"}`))                               // over 4096 bytes
+	h.send(t, 0, "j", []byte(`{"log":"`+strings.Repeat("NCCL ", 2000)+`"}`))                                  // over 4096 bytes
 	h.sendFile(t, 0, "llm-sock", fallback)
 	if err := h.r.Flush(context.Background()); err != nil {
 		t.Fatal(err)
