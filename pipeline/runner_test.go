@@ -99,7 +99,8 @@ func (c *recordingCommitter) Commit(_ context.Context, offs []pipeline.Offset) e
 	return nil
 }
 
-// fluentBit builds a record of the shape deploy/fluent-bit produces.
+// fluentBit builds a record of exactly the shape deploy/fluent-bit
+// produces (deploy/fluent-bit/README.md).
 func fluentBit(t testing.TB, line, job, pod, node string) []byte {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{
@@ -107,9 +108,13 @@ func fluentBit(t testing.TB, line, job, pod, node string) []byte {
 		"log":        line + "\n",
 		"stream":     "stdout",
 		"time":       "2025-11-29T12:00:00.5Z",
+		"job":        job,
+		"cluster":    "gpu-east-1",
 		"kubernetes": map[string]any{
-			"pod_name": pod, "namespace_name": "ml", "host": node, "container_name": "pytorch",
-			"labels": map[string]string{"training.kubeflow.org/job-name": job},
+			"pod_name": pod, "namespace_name": "ml", "pod_id": "6f0c1c1e-4a4b-4d55-9f0e-2f0d4c8f1000",
+			"host": node, "container_name": "pytorch", "docker_id": "5f1e0b9c2d7a",
+			"container_hash": "nvcr.io/nvidia/pytorch@sha256:0", "container_image": "nvcr.io/nvidia/pytorch:25.01-py3",
+			"labels": map[string]string{"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker"},
 		},
 	})
 	if err != nil {

@@ -1,0 +1,724 @@
+// Package sinks writes pipeline batches out: ClickHouse (schema migrations,
+// idempotent batch inserts, server-version features) and, beside it, the
+// local outputs.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// ClickHouseConfig configures the ClickHouse sink.
+type ClickHouseConfig struct {
+	// Addr lists the native-protocol endpoints, host:port; the driver
+	// picks the first that answers.
+	Addr []string `yaml:"addr"`
+	// Database holds every table; it is created by Migrate.
+	Database string `yaml:"database"`
+	// Username and Password authenticate; empty Username is "default".
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// DialTimeout bounds one connection attempt.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// QueryTimeout bounds one statement: one insert attempt, one DDL
+	// statement, and each read of a streamed result.
+	QueryTimeout time.Duration `yaml:"query_timeout"`
+	// MaxRetries is how often an insert that failed transiently is tried
+	// again before Consume gives up; 0 tries once.
+	MaxRetries int `yaml:"max_retries"`
+	// RetryBackoff is the wait before the first retry; it doubles with
+	// each retry up to maxRetryBackoff.
+	RetryBackoff time.Duration `yaml:"retry_backoff"`
+	// Cluster, when set, makes every DDL statement ON CLUSTER Cluster. It
+	// may be a macro such as "{cluster}".
+	Cluster string `yaml:"cluster"`
+	// MaxLineBytes caps the stored text of an event line.
+	MaxLineBytes int `yaml:"max_line_bytes"`
+	// MaxDeadLetterBytes caps the stored raw bytes of a dead letter.
+	MaxDeadLetterBytes int `yaml:"max_dead_letter_bytes"`
+}
+
+// maxRetryBackoff caps the doubling retry wait: beyond 10 s a waiting
+// batch holds up its partitions for longer than a ClickHouse restart takes.
+const maxRetryBackoff = 10 * time.Second
+
+// DefaultClickHouseConfig returns the configuration ncclwatch runs with.
+func DefaultClickHouseConfig() ClickHouseConfig {
+	return ClickHouseConfig{
+		// The native port of a server on the same host, as in the
+		// ClickHouse packages.
+		Addr: []string{"127.0.0.1:9000"},
+		// One database holds the whole schema so that it can be granted
+		// and dropped as a unit.
+		Database: "ncclwatch",
+		// The account every ClickHouse installation has.
+		Username: "default",
+		// A connect on a LAN answers in milliseconds; failing after 5 s
+		// leaves the time to the retry loop, which may find another Addr.
+		DialTimeout: 5 * time.Second,
+		// One batch (thousands of rows, a few MiB) inserts in well under a
+		// second; 30 s means the server is stuck, not busy.
+		QueryTimeout: 30 * time.Second,
+		// 5 retries from 500 ms wait 0.5+1+2+4+8 = 15.5 s in all: enough
+		// to ride out a server restart, short enough that the caller
+		// learns of an outage well within Kafka's poll interval.
+		MaxRetries:   5,
+		RetryBackoff: 500 * time.Millisecond,
+		// 4 KiB holds every NCCL INFO/WARN line seen in the corpus with
+		// room to spare; longer lines are topology dumps whose tail says
+		// nothing the classifier uses.
+		MaxLineBytes: 4096,
+		// 16 KiB of a poison record is enough to see what it was without
+		// letting one bad record bloat the table.
+		MaxDeadLetterBytes: 16 << 10,
+	}
+}
+
+// Validate reports every invalid field, named by its configuration path.
+func (c ClickHouseConfig) Validate() error {
+	var errs []error
+	if len(c.Addr) == 0 {
+		errs = append(errs, errors.New("clickhouse.addr: must not be empty"))
+	}
+	for i, a := range c.Addr {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("clickhouse.addr[%d]: %q is not host:port", i, a))
+		}
+	}
+	switch {
+	case c.Database == "":
+		errs = append(errs, errors.New("clickhouse.database: must not be empty"))
+	case !isIdentifier(c.Database):
+		errs = append(errs, fmt.Errorf("clickhouse.database: %q must be letters, digits and _ and not start with a digit", c.Database))
+	}
+	if c.DialTimeout <= 0 {
+		errs = append(errs, errors.New("clickhouse.dial_timeout: must be > 0"))
+	}
+	if c.QueryTimeout <= 0 {
+		errs = append(errs, errors.New("clickhouse.query_timeout: must be > 0"))
+	}
+	if c.MaxRetries < 0 {
+		errs = append(errs, errors.New("clickhouse.max_retries: must be >= 0"))
+	}
+	if c.MaxRetries > 0 && c.RetryBackoff <= 0 {
+		errs = append(errs, errors.New("clickhouse.retry_backoff: must be > 0 when max_retries > 0"))
+	}
+	if strings.ContainsAny(c.Cluster, "'\\\n\r\x00") || c.Cluster != strings.TrimSpace(c.Cluster) {
+		errs = append(errs, fmt.Errorf("clickhouse.cluster: %q must not contain quotes, backslashes, line breaks or surrounding spaces", c.Cluster))
+	}
+	if c.MaxLineBytes <= 0 {
+		errs = append(errs, errors.New("clickhouse.max_line_bytes: must be > 0"))
+	}
+	if c.MaxDeadLetterBytes <= 0 {
+		errs = append(errs, errors.New("clickhouse.max_dead_letter_bytes: must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// isIdentifier reports whether s is a plain ClickHouse identifier, safe to
+// write into SQL unquoted.
+func isIdentifier(s string) bool {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == '_', 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z':
+		case '0' <= ch && ch <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ClickHouseStats are the sink's counters since it was created, for the
+// caller to export as metrics.
+type ClickHouseStats struct {
+	Batches  uint64 // batches accepted
+	Rows     uint64 // rows inserted, all tables
+	Retries  uint64 // table inserts tried again after a transient error
+	Failures uint64 // batches rejected (Consume returned an error)
+}
+
+// ClickHouse stores batches in ClickHouse: NCCL events, communicator and
+// job summaries, and dead letters, one insert per table per batch. Storage
+// is idempotent under replay (ReplacingMergeTree on each row's source
+// coordinates or summary key, and insert deduplication tokens where the
+// server has them), so the caller may resend a batch after any error.
+//
+// Consume is not safe for concurrent use (see pipeline.Consumer); the other
+// methods are.
+type ClickHouse struct {
+	// OnInsert, when set, is called after every insert attempt of one
+	// table with its row count, duration and outcome (nil on success).
+	// Set it before the first Consume.
+	OnInsert func(table string, rows int, d time.Duration, err error)
+
+	cfg      ClickHouseConfig
+	conn     driver.Conn
+	version  string
+	features features // from version
+
+	batches, rows, retries, failures atomic.Uint64
+}
+
+// NewClickHouse validates cfg, connects, and reads the server version,
+// which decides the schema features (see Migrate) and whether inserts carry
+// deduplication tokens. It does not migrate.
+func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	conn, err := open(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse open: %w", err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
+	defer cancel()
+	if err := conn.Ping(qctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse ping %s: %w", strings.Join(cfg.Addr, ","), err)
+	}
+	var version string
+	if err := conn.QueryRow(qctx, "SELECT version()").Scan(&version); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse version: %w", err)
+	}
+	c, err := newClickHouse(cfg, conn, version)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// open makes the driver's connection pool; it does not dial yet.
+func open(cfg ClickHouseConfig) (driver.Conn, error) {
+	return clickhouse.Open(&clickhouse.Options{
+		Protocol: clickhouse.Native,
+		Addr:     cfg.Addr,
+		// No default database: the connection must work before Migrate
+		// has created cfg.Database, and every statement names it.
+		Auth:        clickhouse.Auth{Username: cfg.Username, Password: cfg.Password},
+		DialTimeout: cfg.DialTimeout,
+		ReadTimeout: cfg.QueryTimeout,
+		// Log text compresses several-fold; LZ4 costs little CPU and every
+		// server version speaks it.
+		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+	})
+}
+
+func newClickHouse(cfg ClickHouseConfig, conn driver.Conn, version string) (*ClickHouse, error) {
+	major, minor, err := parseVersion(version)
+	if err != nil {
+		return nil, err
+	}
+	return &ClickHouse{
+		cfg:      cfg,
+		conn:     conn,
+		version:  version,
+		features: featuresOf(major, minor),
+	}, nil
+}
+
+// Close closes the connections.
+func (c *ClickHouse) Close() error { return c.conn.Close() }
+
+// Version returns the server's version() as read at connect.
+func (c *ClickHouse) Version() string { return c.version }
+
+// Query runs a query on the server, for tests and tools. The caller closes
+// the rows. Placeholders (?) are bound by the driver.
+func (c *ClickHouse) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	return c.conn.Query(ctx, sql, args...)
+}
+
+// Stats returns the counters.
+func (c *ClickHouse) Stats() ClickHouseStats {
+	return ClickHouseStats{
+		Batches:  c.batches.Load(),
+		Rows:     c.rows.Load(),
+		Retries:  c.retries.Load(),
+		Failures: c.failures.Load(),
+	}
+}
+
+// Consume inserts the batch: events, dead letters, communicator summaries
+// and job summaries, one batch insert per non-empty table. A transient
+// failure (network, timeout, server overload) is retried with exponential
+// backoff up to MaxRetries, each time with a driver batch rebuilt from b. An
+// error that a retry cannot fix (a schema mismatch, a missing table, an
+// authorisation error) is returned at once, wrapped with pipeline.Permanent.
+// When ctx ends, Consume stops between attempts and returns ctx's error.
+//
+// Tables inserted before a failing one keep their rows; resending the batch
+// is harmless, since storage folds rows with equal coordinates or keys.
+// Consume does not keep b.
+func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
+	for i := range tables {
+		t := &tables[i]
+		n := t.rows(b)
+		if n == 0 {
+			continue
+		}
+		if err := c.insert(ctx, t, b, n); err != nil {
+			c.failures.Add(1)
+			return err
+		}
+		c.rows.Add(uint64(n))
+	}
+	c.batches.Add(1)
+	return nil
+}
+
+// insert writes one table's rows of b, retrying transient errors.
+func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n int) error {
+	if c.features.DedupToken {
+		// The same token on every attempt: a retry of an insert that did
+		// reach the server (the answer was lost) is then dropped by it.
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+			"insert_deduplication_token": t.token(b),
+		}))
+	}
+	backoff := c.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		err := c.insertOnce(ctx, t, b)
+		if c.OnInsert != nil {
+			c.OnInsert(t.name, n, time.Since(start), err)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
+		}
+		if isPermanent(err) {
+			return pipeline.Permanent(fmt.Errorf("clickhouse insert %s: %w%s", t.name, err, hint(err)))
+		}
+		if attempt >= c.cfg.MaxRetries {
+			return fmt.Errorf("clickhouse insert %s: gave up after %d attempts: %w", t.name, attempt+1, err)
+		}
+		c.retries.Add(1)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// insertOnce makes a fresh driver batch from b and sends it. A driver batch
+// is never reused after a failure: its connection and buffers are in an
+// unknown state.
+func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
+	defer cancel()
+	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
+	if err != nil {
+		return err
+	}
+	if err := t.append(batch, b, &c.cfg); err != nil {
+		_ = batch.Abort()
+		// The values do not fit the table's columns: the table is not
+		// the one this code was written for.
+		return pipeline.Permanent(err)
+	}
+	return batch.Send()
+}
+
+// Exception codes of ClickHouse (src/Common/ErrorCodes.cpp) that no retry
+// fixes: the statement or the data does not fit the schema, or the account
+// may not write.
+var permanentCodes = map[int32]bool{
+	6:   true, // CANNOT_PARSE_TEXT
+	8:   true, // THERE_IS_NO_COLUMN
+	10:  true, // NOT_FOUND_COLUMN_IN_BLOCK
+	16:  true, // NO_SUCH_COLUMN_IN_TABLE
+	20:  true, // NUMBER_OF_COLUMNS_DOESNT_MATCH
+	27:  true, // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+	36:  true, // BAD_ARGUMENTS
+	41:  true, // CANNOT_PARSE_DATETIME
+	43:  true, // ILLEGAL_TYPE_OF_ARGUMENT
+	44:  true, // ILLEGAL_COLUMN
+	47:  true, // UNKNOWN_IDENTIFIER
+	48:  true, // NOT_IMPLEMENTED
+	53:  true, // TYPE_MISMATCH
+	60:  true, // UNKNOWN_TABLE
+	62:  true, // SYNTAX_ERROR
+	69:  true, // ARGUMENT_OUT_OF_BOUND
+	70:  true, // CANNOT_CONVERT_TYPE
+	81:  true, // UNKNOWN_DATABASE
+	115: true, // UNKNOWN_SETTING
+	117: true, // INCORRECT_DATA
+	131: true, // TOO_LARGE_STRING_SIZE
+	164: true, // READONLY
+	192: true, // UNKNOWN_USER
+	193: true, // WRONG_PASSWORD
+	291: true, // DATABASE_ACCESS_DENIED
+	386: true, // NO_COMMON_TYPE
+	497: true, // ACCESS_DENIED
+	516: true, // AUTHENTICATION_FAILED
+}
+
+// isPermanent classifies an insert error. Everything not known to be
+// permanent is retried: a network error, a timeout, overload (TOO_MANY_PARTS,
+// MEMORY_LIMIT_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES), a replica that is
+// read-only for a while — the caller keeps the offsets uncommitted, which is
+// the safe side for an error nobody anticipated.
+func isPermanent(err error) bool {
+	if pipeline.IsPermanent(err) {
+		return true
+	}
+	var ex *proto.Exception
+	if errors.As(err, &ex) {
+		return permanentCodes[ex.Code]
+	}
+	return false
+}
+
+// hint says what an operator should change for a permanent error.
+func hint(err error) string {
+	var ex *proto.Exception
+	if !errors.As(err, &ex) {
+		return ""
+	}
+	switch ex.Code {
+	case 8, 10, 16, 47, 60, 81:
+		return " (the schema is not the one this ncclwatch writes: run `ncclwatch migrate`, and check that no one altered the tables)"
+	case 164, 192, 193, 291, 497, 516:
+		return " (check clickhouse.username, clickhouse.password and the account's grants on clickhouse.database)"
+	}
+	return ""
+}
+
+// table is how one table's rows are taken from a batch.
+type table struct {
+	name    string
+	columns []string // in the order append passes values
+	rows    func(b *pipeline.Batch) int
+	append  func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error
+	// key feeds what identifies each row (coordinates, or summary key and
+	// version) to h, for the deduplication token.
+	key func(b *pipeline.Batch, h io.Writer)
+}
+
+// insertSQL names the columns: 18.16 takes batch inserts only with a
+// column list, and a list keeps inserts working when columns are added.
+func (t *table) insertSQL(db string) string {
+	return "INSERT INTO " + db + "." + t.name + " (" + strings.Join(t.columns, ", ") + ")"
+}
+
+// token is the insert_deduplication_token of this table's rows of b: the
+// table, the first and last source offsets of the batch, the row count, and
+// a hash of every row's identity. A replay of the same batch gets the same
+// token; a different batch (or the same coordinates with a newer summary
+// version) gets another, since a server silently drops an insert whose
+// token it has seen even when the data differs.
+func (t *table) token(b *pipeline.Batch) string {
+	h := fnv.New64a()
+	t.key(b, h)
+	var span string
+	if len(b.Offsets) > 0 {
+		first, last := b.Offsets[0], b.Offsets[len(b.Offsets)-1]
+		span = fmt.Sprintf("%s/%d@%d-%s/%d@%d", first.Topic, first.Partition, first.Next, last.Topic, last.Partition, last.Next)
+	}
+	return fmt.Sprintf("ncclwatch:%s:%s:%d:%016x", t.name, span, t.rows(b), h.Sum64())
+}
+
+var tables = []table{
+	{
+		name: "nccl_events",
+		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "job", "namespace", "cluster",
+			"pod", "container", "node", "host", "pid", "dev", "rank", "kind", "warn", "text"},
+		rows: func(b *pipeline.Batch) int { return len(b.Events) },
+		append: func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
+			for i := range b.Events {
+				e := &b.Events[i]
+				if err := d.Append(e.Source.Topic, e.Source.Partition, e.Source.Offset, e.Source.Line,
+					clampTime(e.Time), e.Job, e.Namespace, e.Cluster, e.Pod, e.Container, e.Node, e.Host, e.PID,
+					int16(clamp(e.Dev, -1<<15, 1<<15-1)), int32(clamp(e.Rank, -1<<31, 1<<31-1)),
+					e.Kind, b2u(e.Warn), capText(e.Line, cfg.MaxLineBytes)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		key: func(b *pipeline.Batch, h io.Writer) {
+			for i := range b.Events {
+				writeSource(h, b.Events[i].Source)
+			}
+		},
+	},
+	{
+		name:    "dead_letters",
+		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "reason", "raw"},
+		rows:    func(b *pipeline.Batch) int { return len(b.DeadLetters) },
+		append: func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
+			for i := range b.DeadLetters {
+				dl := &b.DeadLetters[i]
+				raw := dl.Raw
+				if len(raw) > cfg.MaxDeadLetterBytes {
+					raw = raw[:cfg.MaxDeadLetterBytes]
+				}
+				if err := d.Append(dl.Source.Topic, dl.Source.Partition, dl.Source.Offset, dl.Source.Line,
+					clampTime(dl.Time), dl.Reason, string(raw)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		key: func(b *pipeline.Batch, h io.Writer) {
+			for i := range b.DeadLetters {
+				writeSource(h, b.DeadLetters[i].Source)
+			}
+		},
+	},
+	{
+		name: "comm_summaries",
+		columns: []string{"job", "namespace", "cluster", "comm_id", "nccl_versions", "network", "network_class",
+			"fabric", "hcas", "oob_iface", "gdr", "multi_node", "nranks", "nnodes", "local_ranks", "hosts", "intra",
+			"nvls", "collnet", "plugin", "rdma_failures", "env_keys", "env_values", "warns", "warnings",
+			"init_complete", "verdict", "reasons", "first_seen", "last_seen", "version"},
+		rows: func(b *pipeline.Batch) int { return len(b.Comms) },
+		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
+			for i := range b.Comms {
+				s := &b.Comms[i]
+				keys, values := envColumns(s.Env)
+				if err := d.Append(s.Job, s.Namespace, s.Cluster, s.CommID, strs(s.NCCLVersions), s.Network, s.NetworkClass,
+					s.Fabric, hcaColumn(s.HCAs), s.OOBIface, boolPtr(s.GDR), boolPtr(s.MultiNode),
+					intPtr(s.NRanks), intPtr(s.NNodes), intPtr(s.LocalRanks), strs(s.Hosts), strs(s.Intra),
+					b2u(s.NVLS), b2u(s.CollNet), s.Plugin, strs(s.RDMAFailure), keys, values,
+					count32(s.Warns), strs(s.Warnings), b2u(s.InitComplete), string(s.Verdict), strs(s.Reasons),
+					clampTime(s.FirstSeen), clampTime(s.LastSeen), s.Version); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		key: func(b *pipeline.Batch, h io.Writer) {
+			for i := range b.Comms {
+				s := &b.Comms[i]
+				writeKey(h, s.Version, s.Cluster, s.Namespace, s.Job, s.CommID)
+			}
+		},
+	},
+	{
+		name: "job_summaries",
+		columns: []string{"job", "namespace", "cluster", "nccl_version", "version_skew", "network", "network_class",
+			"fabric", "gdr", "multi_node", "nnodes", "nranks", "intra", "fallback", "warns", "verdict", "reasons",
+			"nccl_lines", "first_seen", "last_seen", "version"},
+		rows: func(b *pipeline.Batch) int { return len(b.Jobs) },
+		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
+			for i := range b.Jobs {
+				s := &b.Jobs[i]
+				if err := d.Append(s.Job, s.Namespace, s.Cluster, s.NCCLVersion, b2u(s.VersionSkew), s.Network,
+					s.NetworkClass, s.Fabric, boolPtr(s.GDR), boolPtr(s.MultiNode), intPtr(s.NNodes), intPtr(s.NRanks),
+					strs(s.Intra), boolPtr(s.Fallback), count32(s.Warns), string(s.Verdict), strs(s.Reasons),
+					uint64(max(s.NCCLLines, 0)), clampTime(s.FirstSeen), clampTime(s.LastSeen), s.Version); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		key: func(b *pipeline.Batch, h io.Writer) {
+			for i := range b.Jobs {
+				s := &b.Jobs[i]
+				writeKey(h, s.Version, s.Cluster, s.Namespace, s.Job)
+			}
+		},
+	},
+}
+
+func writeSource(h io.Writer, s pipeline.Source) {
+	var buf [64]byte
+	p := append(buf[:0], s.Topic...)
+	p = append(p, 0)
+	p = strconv.AppendInt(p, int64(s.Partition), 10)
+	p = append(p, '/')
+	p = strconv.AppendInt(p, s.Offset, 10)
+	p = append(p, '/')
+	p = strconv.AppendInt(p, int64(s.Line), 10)
+	p = append(p, 0)
+	h.Write(p)
+}
+
+func writeKey(h io.Writer, version uint64, parts ...string) {
+	for _, p := range parts {
+		io.WriteString(h, p)
+		h.Write([]byte{0})
+	}
+	io.WriteString(h, strconv.FormatUint(version, 10))
+	h.Write([]byte{0})
+}
+
+// DateTime holds 1970-01-01 to 2106-02-07; DateTime64 more, but both
+// schemas must hold the same values. A zero time (no evidence) is stored as
+// the epoch.
+var (
+	minStoredTime = time.Unix(0, 0)
+	maxStoredTime = time.Date(2105, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+func clampTime(t time.Time) time.Time {
+	if t.Before(minStoredTime) {
+		return minStoredTime
+	}
+	if t.After(maxStoredTime) {
+		return maxStoredTime
+	}
+	return t
+}
+
+func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }
+
+func count32(n int) uint32 { return uint32(clamp(n, 0, 1<<32-1)) }
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func boolPtr(b *bool) *uint8 {
+	if b == nil {
+		return nil
+	}
+	v := b2u(*b)
+	return &v
+}
+
+func intPtr(n *int) *int32 {
+	if n == nil {
+		return nil
+	}
+	v := int32(clamp(*n, -1<<31, 1<<31-1))
+	return &v
+}
+
+// strs turns nil into an empty slice, for Array(String).
+func strs(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// hcaColumn renders HCAs as NCCL prints them: "mlx5_0:1/IB".
+func hcaColumn(hcas []pipeline.HCA) []string {
+	out := make([]string, len(hcas))
+	for i, h := range hcas {
+		out[i] = h.Device + ":" + strconv.Itoa(h.Port) + "/" + h.LinkLayer
+	}
+	return out
+}
+
+// envColumns splits the NCCL_* overrides into parallel key and value
+// arrays, sorted by key so that equal summaries store equal rows.
+func envColumns(env map[string]string) (keys, values []string) {
+	keys = make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	values = make([]string, len(keys))
+	for i, k := range keys {
+		values[i] = env[k]
+	}
+	return keys, values
+}
+
+// capText cuts s to at most n bytes, backing off to the start of a UTF-8
+// sequence so that a valid line stays valid. Invalid UTF-8 is stored as is.
+func capText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for i := 0; i < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(s[cut]); i++ {
+		cut--
+	}
+	if !utf8.RuneStart(s[cut]) {
+		cut = n // not UTF-8 anyway
+	}
+	return s[:cut]
+}
+
+// LoadEvents calls fn for every stored event of topic's partitions with a
+// time at or after since, once per source coordinate (topic, partition,
+// offset, line) even before the table's merges folded replays, in
+// (partition, offset, line) order. It is how assembler state is rebuilt
+// after a restart. since is compared at the column's precision: seconds on
+// servers without DateTime64, rounded down so that no later event is missed.
+// An error from fn stops the stream and is returned. No partitions, no
+// events.
+func (c *ClickHouse) LoadEvents(ctx context.Context, topic string, partitions []int32, since time.Time,
+	fn func(pipeline.EventRow) error) error {
+	if len(partitions) == 0 {
+		return nil
+	}
+	parts := make([]string, len(partitions))
+	for i, p := range partitions {
+		parts[i] = strconv.FormatInt(int64(p), 10)
+	}
+	since = clampTime(since).UTC()
+	var sinceSQL string
+	if c.features.DateTime64 {
+		sinceSQL = "toDateTime64('" + since.Format("2006-01-02 15:04:05.000000") + "', 6, 'UTC')"
+	} else {
+		sinceSQL = "toDateTime('" + since.Format("2006-01-02 15:04:05") + "', 'UTC')"
+	}
+	// FINAL folds replays within a partition of the table; LIMIT 1 BY
+	// also folds copies that landed in different months (an event whose
+	// time is the ingest time, replayed across a month boundary).
+	q := "SELECT topic, `partition`, `offset`, line, time, job, namespace, cluster, pod, container, node, host, pid, " +
+		"dev, rank, kind, warn, text FROM " + c.cfg.Database + ".nccl_events FINAL " +
+		"WHERE topic = ? AND `partition` IN (" + strings.Join(parts, ", ") + ") AND time >= " + sinceSQL +
+		" ORDER BY `partition`, `offset`, line LIMIT 1 BY `partition`, `offset`, line"
+	rows, err := c.conn.Query(ctx, q, topic)
+	if err != nil {
+		return fmt.Errorf("clickhouse load events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			e    pipeline.EventRow
+			dev  int16
+			rank int32
+			warn uint8
+		)
+		if err := rows.Scan(&e.Source.Topic, &e.Source.Partition, &e.Source.Offset, &e.Source.Line, &e.Time,
+			&e.Job, &e.Namespace, &e.Cluster, &e.Pod, &e.Container, &e.Node, &e.Host, &e.PID,
+			&dev, &rank, &e.Kind, &warn, &e.Line); err != nil {
+			return fmt.Errorf("clickhouse load events: %w", err)
+		}
+		e.Dev, e.Rank, e.Warn = int(dev), int(rank), warn != 0
+		e.Time = e.Time.UTC()
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse load events: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package sinks
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// JSONLines writes batches as JSON lines, one file per table, into a
+// directory: the sink of `ncclwatch demo` when no ClickHouse address is
+// given. Files are appended to; each line is one row. Not safe for
+// concurrent use (the runner calls Consume from one goroutine).
+type JSONLines struct {
+	dir   string
+	files map[string]*os.File
+}
+
+// NewJSONLines creates dir if needed.
+func NewJSONLines(dir string) (*JSONLines, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("jsonl sink: %w", err)
+	}
+	return &JSONLines{dir: dir, files: map[string]*os.File{}}, nil
+}
+
+// Dir returns the directory written to.
+func (s *JSONLines) Dir() string { return s.dir }
+
+// Consume appends the batch's rows to nccl_events.jsonl,
+// comm_summaries.jsonl, job_summaries.jsonl and dead_letters.jsonl, and
+// syncs them before returning (the runner commits offsets afterwards).
+func (s *JSONLines) Consume(_ context.Context, b *pipeline.Batch) error {
+	if err := s.write("nccl_events", len(b.Events), func(i int) any { return b.Events[i] }); err != nil {
+		return err
+	}
+	if err := s.write("comm_summaries", len(b.Comms), func(i int) any { return b.Comms[i] }); err != nil {
+		return err
+	}
+	if err := s.write("job_summaries", len(b.Jobs), func(i int) any { return b.Jobs[i] }); err != nil {
+		return err
+	}
+	return s.write("dead_letters", len(b.DeadLetters), func(i int) any { return b.DeadLetters[i] })
+}
+
+func (s *JSONLines) write(table string, n int, row func(int) any) error {
+	if n == 0 {
+		return nil
+	}
+	f, ok := s.files[table]
+	if !ok {
+		var err error
+		f, err = os.OpenFile(filepath.Join(s.dir, table+".jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("jsonl sink: %w", err)
+		}
+		s.files[table] = f
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := 0; i < n; i++ {
+		if err := enc.Encode(row(i)); err != nil {
+			return pipeline.Permanent(fmt.Errorf("jsonl sink %s: %w", table, err))
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("jsonl sink %s: %w", table, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("jsonl sink %s: %w", table, err)
+	}
+	return nil
+}
+
+// Close closes the files.
+func (s *JSONLines) Close() error {
+	var first error
+	for _, f := range s.files {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

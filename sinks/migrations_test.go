@@ -1,0 +1,287 @@
+package sinks
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		in           string
+		major, minor int
+		ok           bool
+	}{
+		{"18.16.1", 18, 16, true},
+		{"24.8.4.13", 24, 8, true},
+		{"26.3.1.1", 26, 3, true},
+		{" 23.8 ", 23, 8, true},
+		{"19", 0, 0, false},
+		{"x.1", 0, 0, false},
+		{"", 0, 0, false},
+	}
+	for _, tc := range tests {
+		major, minor, err := parseVersion(tc.in)
+		if (err == nil) != tc.ok || major != tc.major || minor != tc.minor {
+			t.Errorf("parseVersion(%q) = %d, %d, %v; want %d, %d, ok=%v", tc.in, major, minor, err, tc.major, tc.minor, tc.ok)
+		}
+	}
+}
+
+func TestFeaturesOf(t *testing.T) {
+	tests := []struct {
+		major, minor int
+		want         features
+	}{
+		{18, 16, features{}},
+		{19, 3, features{LowCardinality: true}},
+		{19, 6, features{LowCardinality: true, TTL: true}},
+		{19, 11, features{LowCardinality: true, TTL: true, Codecs: true}},
+		{20, 1, features{DateTime64: true, LowCardinality: true, TTL: true, Codecs: true}},
+		{22, 1, features{DateTime64: true, LowCardinality: true, TTL: true, Codecs: true}},
+		{22, 2, features{DateTime64: true, LowCardinality: true, TTL: true, Codecs: true, DedupToken: true}},
+		{24, 8, features{DateTime64: true, LowCardinality: true, TTL: true, Codecs: true, DedupToken: true}},
+		{26, 3, features{DateTime64: true, LowCardinality: true, TTL: true, Codecs: true, DedupToken: true}},
+	}
+	for _, tc := range tests {
+		if got := featuresOf(tc.major, tc.minor); got != tc.want {
+			t.Errorf("featuresOf(%d, %d) = %+v; want %+v", tc.major, tc.minor, got, tc.want)
+		}
+	}
+}
+
+// ddl renders every statement of the migrations for a server version.
+func ddl(t *testing.T, version string) string {
+	t.Helper()
+	major, minor, err := parseVersion(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for _, m := range migrations(featuresOf(major, minor)) {
+		for _, s := range m.Stmts {
+			sb.WriteString(render(s, "ncclwatch", ""))
+			sb.WriteString(";\n")
+		}
+	}
+	return sb.String()
+}
+
+func TestMigrationsDDL(t *testing.T) {
+	old := ddl(t, "18.16.1")
+	for _, banned := range []string{"DateTime64", "LowCardinality", "TTL", "CODEC", "SETTINGS", "{db}", "{on_cluster}"} {
+		if strings.Contains(old, banned) {
+			t.Errorf("18.16 DDL contains %q:\n%s", banned, old)
+		}
+	}
+	for _, want := range []string{
+		"CREATE TABLE IF NOT EXISTS ncclwatch.nccl_events",
+		"time DateTime,",
+		"ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(time)\nORDER BY (topic, `partition`, `offset`, line)",
+		"ENGINE = ReplacingMergeTree(version)\nPARTITION BY toYYYYMM(first_seen)\nORDER BY (cluster, namespace, job, comm_id)",
+		"ORDER BY (cluster, namespace, job)",
+		"CREATE TABLE IF NOT EXISTS ncclwatch.dead_letters",
+		"CREATE VIEW IF NOT EXISTS ncclwatch.job_verdicts AS",
+		"argMax((network, network_class, fabric, gdr, nnodes, nranks, nccl_version, verdict, reasons, first_seen, last_seen), version) AS latest",
+		"job String,\n    namespace String,",
+	} {
+		if !strings.Contains(old, want) {
+			t.Errorf("18.16 DDL lacks %q:\n%s", want, old)
+		}
+	}
+
+	cur := ddl(t, "24.8.4.13")
+	for _, want := range []string{
+		"time DateTime64(6) CODEC(Delta, ZSTD(1)),",
+		"job LowCardinality(String),",
+		"namespace LowCardinality(String),",
+		"verdict LowCardinality(String),",
+		"text String CODEC(ZSTD(1)),",
+		"raw String CODEC(ZSTD(1)),",
+		"SETTINGS non_replicated_deduplication_window = 1000",
+	} {
+		if !strings.Contains(cur, want) {
+			t.Errorf("24.8 DDL lacks %q:\n%s", want, cur)
+		}
+	}
+	// High-cardinality and key columns stay plain.
+	for _, want := range []string{"pod String,", "pid String,", "topic String,", "comm_id String,"} {
+		if !strings.Contains(cur, want) {
+			t.Errorf("24.8 DDL lacks %q", want)
+		}
+	}
+	if strings.Contains(cur, "TTL") {
+		t.Errorf("24.8 DDL has a TTL; no migration asks for one")
+	}
+}
+
+func TestMigrationsNumbered(t *testing.T) {
+	for _, v := range []string{"18.16.1", "24.8.4.13"} {
+		major, minor, _ := parseVersion(v)
+		ms := migrations(featuresOf(major, minor))
+		for i, m := range ms {
+			if m.Version != i+1 {
+				t.Errorf("%s: migration %d (%s) has version %d; want %d", v, i, m.Name, m.Version, i+1)
+			}
+			for _, s := range m.Stmts {
+				if !strings.Contains(s, "IF NOT EXISTS") {
+					t.Errorf("%s: migration %d is not idempotent: %s", v, m.Version, s)
+				}
+			}
+		}
+	}
+}
+
+// Every column an insert names exists in the table's DDL, on both ends.
+func TestInsertColumnsInDDL(t *testing.T) {
+	for _, v := range []string{"18.16.1", "24.8.4.13"} {
+		major, minor, _ := parseVersion(v)
+		byName := map[string]string{}
+		for _, m := range migrations(featuresOf(major, minor)) {
+			byName[m.Name] = strings.Join(m.Stmts, "\n")
+		}
+		for _, tb := range tables {
+			body, ok := byName[tb.name]
+			if !ok {
+				t.Errorf("%s: no migration creates %s", v, tb.name)
+				continue
+			}
+			for _, col := range tb.columns {
+				if !strings.Contains(body, "\n    "+col+" ") {
+					t.Errorf("%s: %s inserts column %s, which its DDL lacks", v, tb.name, col)
+				}
+			}
+		}
+	}
+}
+
+func TestRenderOnCluster(t *testing.T) {
+	got := render("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}", "nw", "{cluster}")
+	if want := "CREATE DATABASE IF NOT EXISTS nw ON CLUSTER '{cluster}'"; got != want {
+		t.Errorf("render = %q; want %q", got, want)
+	}
+	if got := render("CREATE TABLE IF NOT EXISTS {db}.t{on_cluster} (a UInt8)", "nw", ""); got != "CREATE TABLE IF NOT EXISTS nw.t (a UInt8)" {
+		t.Errorf("render without cluster = %q", got)
+	}
+}
+
+func TestClickHouseConfigValidate(t *testing.T) {
+	if err := DefaultClickHouseConfig().Validate(); err != nil {
+		t.Fatalf("DefaultClickHouseConfig().Validate() = %v", err)
+	}
+	tests := []struct {
+		name string
+		edit func(*ClickHouseConfig)
+		want string
+	}{
+		{"no addr", func(c *ClickHouseConfig) { c.Addr = nil }, "clickhouse.addr: must not be empty"},
+		{"bad addr", func(c *ClickHouseConfig) { c.Addr = []string{"localhost"} }, `clickhouse.addr[0]: "localhost" is not host:port`},
+		{"no database", func(c *ClickHouseConfig) { c.Database = "" }, "clickhouse.database: must not be empty"},
+		{"bad database", func(c *ClickHouseConfig) { c.Database = "a-b; DROP" }, `clickhouse.database: "a-b; DROP" must be letters`},
+		{"digit database", func(c *ClickHouseConfig) { c.Database = "1db" }, `clickhouse.database: "1db"`},
+		{"dial", func(c *ClickHouseConfig) { c.DialTimeout = 0 }, "clickhouse.dial_timeout: must be > 0"},
+		{"query", func(c *ClickHouseConfig) { c.QueryTimeout = -time.Second }, "clickhouse.query_timeout: must be > 0"},
+		{"retries", func(c *ClickHouseConfig) { c.MaxRetries = -1 }, "clickhouse.max_retries: must be >= 0"},
+		{"backoff", func(c *ClickHouseConfig) { c.RetryBackoff = 0 }, "clickhouse.retry_backoff: must be > 0"},
+		{"cluster", func(c *ClickHouseConfig) { c.Cluster = "a'b" }, "clickhouse.cluster:"},
+		{"line", func(c *ClickHouseConfig) { c.MaxLineBytes = 0 }, "clickhouse.max_line_bytes: must be > 0"},
+		{"dead", func(c *ClickHouseConfig) { c.MaxDeadLetterBytes = 0 }, "clickhouse.max_dead_letter_bytes: must be > 0"},
+	}
+	for _, tc := range tests {
+		cfg := DefaultClickHouseConfig()
+		tc.edit(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate() = %v; want %q", tc.name, err, tc.want)
+		}
+	}
+	cfg := DefaultClickHouseConfig()
+	cfg.MaxRetries, cfg.RetryBackoff = 0, 0
+	cfg.Cluster = "{cluster}"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("no retries, macro cluster: Validate() = %v; want nil", err)
+	}
+}
+
+func TestCapText(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"hello", 10, "hello"},
+		{"hello", 5, "hello"},
+		{"hello", 3, "hel"},
+		{"aé", 2, "a"},                // é is 2 bytes: not cut in half
+		{"a€b", 3, "a"},               // € is 3 bytes
+		{"a\xff\xfe\xfd", 2, "a\xff"}, // not UTF-8: cut at n
+		{"\x80\x80\x80\x80\x80", 4, "\x80\x80\x80\x80"},
+	}
+	for _, tc := range tests {
+		if got := capText(tc.in, tc.n); got != tc.want {
+			t.Errorf("capText(%q, %d) = %q; want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestDedupToken(t *testing.T) {
+	b := testBatch("tok", time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	for i := range tables {
+		tb := &tables[i]
+		a1, a2 := tb.token(b), tb.token(b)
+		if a1 != a2 {
+			t.Errorf("%s: token not stable: %q, %q", tb.name, a1, a2)
+		}
+		if !strings.Contains(a1, tb.name) {
+			t.Errorf("%s: token %q does not name the table", tb.name, a1)
+		}
+	}
+	// A newer summary version under the same coordinates is a different
+	// insert: a server would drop it silently under an equal token.
+	before := tables[3].token(b)
+	b.Jobs[0].Version++
+	if after := tables[3].token(b); after == before {
+		t.Errorf("job_summaries token unchanged by a new version: %q", after)
+	}
+	before = tables[0].token(b)
+	b.Events[0].Source.Offset += 1000
+	if after := tables[0].token(b); after == before {
+		t.Errorf("nccl_events token unchanged by other coordinates: %q", after)
+	}
+}
+
+func TestIsPermanent(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+		{fmt.Errorf("send: %w", &proto.Exception{Code: 60, Name: "DB::Exception", Message: "Table x.y doesn't exist."}), true},
+		{&proto.Exception{Code: 16, Message: "No such column fallback in table x.y"}, true},
+		{pipeline.Permanent(errors.New("x")), true},
+		{&proto.Exception{Code: 252, Message: "Too many parts (300)."}, false},
+		{&proto.Exception{Code: 241, Message: "Memory limit (total) exceeded"}, false},
+	}
+	for _, tc := range tests {
+		if got := isPermanent(tc.err); got != tc.want {
+			t.Errorf("isPermanent(%v) = %v; want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestEnvColumnsSorted(t *testing.T) {
+	keys, values := envColumns(map[string]string{"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "INFO"})
+	if want := []string{"NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}; !slices.Equal(keys, want) {
+		t.Errorf("keys = %q; want %q", keys, want)
+	}
+	if want := []string{"INFO", "1", "eth0"}; !slices.Equal(values, want) {
+		t.Errorf("values = %q; want %q", values, want)
+	}
+}
