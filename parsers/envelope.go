@@ -17,8 +17,10 @@ import (
 // dropped and the next one is decoded normally.
 var (
 	// ErrOversized reports a line longer than DecoderConfig.MaxLineBytes
-	// (after joining partial records). Nothing is emitted for it.
-	ErrOversized = errors.New("line exceeds max_line_bytes")
+	// (after joining partial records). Nothing is emitted for it. It is
+	// pipeline.ErrOversized, so the run loop can count it without
+	// importing this package.
+	ErrOversized = pipeline.ErrOversized
 	// ErrMalformed reports a record that looks like a JSON object but does
 	// not parse, in strict mode only.
 	ErrMalformed = errors.New("malformed record")
@@ -307,7 +309,7 @@ func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time,
 		carried = len(d.partial)
 	}
 	if carried+len(text) > max {
-		if n, ok := firstLongLine(text, carried, d.skip, max); !ok {
+		if n, ok := firstLongLine(text, carried, d.skip, complete, max); !ok {
 			d.Reset()
 			if !complete {
 				// The rest of this line is still to come; drop it too.
@@ -335,9 +337,6 @@ func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time,
 	for {
 		nl := bytes.IndexByte(text, '\n')
 		if nl < 0 && !complete {
-			if len(text) == 0 && !d.pend {
-				return err
-			}
 			if !d.pend {
 				d.pend = true
 				d.partial = d.partial[:0]
@@ -364,14 +363,18 @@ func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time,
 
 // firstLongLine checks every line of text against max; the first line is
 // carried bytes longer than it looks, and is exempt when skipFirst is set
-// (it belongs to a line already dropped). It returns the length of the first
-// line over max and false, or 0 and true.
-func firstLongLine(text []byte, carried int, skipFirst bool, max int) (int, bool) {
+// (it belongs to a line already dropped). The "\r" that emit trims from a
+// finished line does not count. It returns the length of the first line
+// over max and false, or 0 and true.
+func firstLongLine(text []byte, carried int, skipFirst, complete bool, max int) (int, bool) {
 	for first := true; ; first = false {
 		nl := bytes.IndexByte(text, '\n')
 		n := nl
 		if nl < 0 {
 			n = len(text)
+		}
+		if n > 0 && text[n-1] == '\r' && (nl >= 0 || complete) {
+			n--
 		}
 		if first {
 			if skipFirst {
@@ -412,7 +415,13 @@ func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done boo
 		return false, nil
 	}
 	text := src.raw
-	if src.esc {
+	newline := false // text had a final newline, now removed
+	if n := len(text); src.esc && n >= 2 && text[n-2] == '\\' && text[n-1] == 'n' &&
+		bytes.IndexByte(text[:n-2], '\\') < 0 {
+		// The common case: the only escape is the line's final "\n". Keep
+		// pointing into the record instead of copying.
+		text, newline = text[:n-2], true
+	} else if src.esc {
 		var ok bool
 		if d.text, ok = unescape(d.text[:0], text); !ok {
 			// scanString validated the escapes; this cannot happen.
@@ -423,18 +432,21 @@ func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done boo
 		}
 		text = d.text
 	}
-	if f.log.ok {
+	if n := len(text); !newline && n > 0 && text[n-1] == '\n' {
+		text, newline = text[:n-1], true
+	}
+	switch {
+	case f.partial.ok:
+		// Fluent Bit's CRI parsers keep the runtime's P/F tag ("_p" from
+		// the multiline parser, "logtag" from the classic regex parser)
+		// and drop the newline.
+		complete = string(f.partial.raw) != "P"
+	case f.log.ok:
 		// Docker ends every complete line with "\n" and splits longer ones
-		// into records without it. Fluent Bit's CRI parser instead keeps the
-		// runtime's P/F flag in "_p" and drops the newline.
-		if n := len(text); n > 0 && text[n-1] == '\n' {
-			text = text[:n-1]
-		} else {
-			complete = false
-		}
-		if f.partial.ok && len(f.partial.raw) == 1 {
-			complete = f.partial.raw[0] != 'P'
-		}
+		// into records without it.
+		complete = newline
+	default:
+		// An untagged "message" is always a whole line.
 	}
 	env := EnvelopeFluentBit
 	if !f.notDocker {
@@ -602,7 +614,7 @@ func (d *Decoder) setField(key, val []byte, esc bool) {
 		str(&f.cluster)
 	case "job":
 		str(&f.job)
-	case "_p":
+	case "_p", "logtag":
 		str(&f.partial)
 	case "kubernetes":
 		f.k8s = nil

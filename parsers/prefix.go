@@ -97,8 +97,9 @@ const (
 //
 // After stripping, an NCCL line starts with its own header
 // "host:pid:tid [dev] NCCL …", or with "NCCL version …" for the unprefixed
-// banner. Each rule looks only at the bytes it strips and those after them,
-// so StripPrefix(rest) returns rest again.
+// banner. Each rule looks only at the bytes it strips and those after them
+// (the CloudWatch '|' also at whether a timestamp came just before it), so
+// StripPrefix(rest) returns rest again.
 func StripPrefix(line []byte) (rest []byte, p Prefix) {
 	p.Rank = -1
 	rest = line
@@ -178,26 +179,28 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 
 // hostLabel matches "<label>: " where label is a hostname, an IP address
 // (pdsh, mpirun; 038, 075) or a task number (srun -l). An NCCL header
-// "host:pid:tid" has no blank after its colons and is never a label. A bare
-// word such as "Warning: " counts only when an NCCL header follows; a label
-// with a digit, dot or dash is taken as a host.
+// "host:pid:tid" has no blank after its colons and is never a label. A label
+// that looks like a hostname (lower case, with a digit, dot or dash) is
+// taken as one; any other word ("Warning: ", "torch.distributed.
+// DistBackendError: ") counts only when an NCCL header follows.
 func hostLabel(b []byte) (n int, kind PrefixKind, rank int, host []byte) {
 	i := 0
-	num, hosty := true, false
+	num, hosty, wordy := true, false, false
+scan:
 	for ; i < len(b) && i <= maxHostLabel; i++ {
-		c := b[i]
-		switch {
+		switch c := b[i]; {
 		case c >= '0' && c <= '9':
 			hosty = true
 		case c == '.' || c == '-':
 			hosty, num = true, false
-		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
+		case c >= 'a' && c <= 'z':
 			num = false
+		case c >= 'A' && c <= 'Z' || c == '_':
+			num, wordy = false, true
 		default:
-			goto end
+			break scan
 		}
 	}
-end:
 	if i == 0 || i > maxHostLabel || i >= len(b) || b[i] != ':' {
 		return 0, PrefixNone, -1, nil
 	}
@@ -211,7 +214,7 @@ end:
 		r, _ := digits(b[:i])
 		return i + 1, PrefixSrun, r, nil
 	}
-	if !hosty && !isNCCLHeader(trimBlank(b[i+1:])) {
+	if (!hosty || wordy) && !isNCCLHeader(trimBlank(b[i+1:])) {
 		return 0, PrefixNone, -1, nil
 	}
 	return i + 1, PrefixHost, -1, b[:i]

@@ -253,9 +253,21 @@ var prefixCases = []prefixCase{
 		kinds: []PrefixKind{PrefixHost}, rank: -1, host: "ubuntu",
 	},
 	{
+		name:  "synthetic pdsh label with a dash",
+		in:    "login-node: Tue Nov 24 10:00:01 UTC 2026",
+		want:  "Tue Nov 24 10:00:01 UTC 2026",
+		kinds: []PrefixKind{PrefixHost}, rank: -1, host: "login-node",
+	},
+	{
 		name: "synthetic word with colon is not a host label",
 		in:   "Warning: NCCL_IB_HCA is not set",
 		want: "Warning: NCCL_IB_HCA is not set",
+		rank: -1,
+	},
+	{
+		name: "synthetic python exception is not a host label",
+		in:   "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+		want: "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
 		rank: -1,
 	},
 	{

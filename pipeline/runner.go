@@ -280,14 +280,18 @@ func (r *Runner) emit(rec *Record) {
 	if rec.Time.IsZero() {
 		rec.Time = m.Time
 	}
-	if rec.Meta == nil {
+	// The decoder shares one Meta among records of one container: copy it
+	// before naming the job.
+	if rec.Meta != nil {
+		r.meta = *rec.Meta
+	} else {
 		r.meta = Meta{}
-		rec.Meta = &r.meta
 	}
-	rec.Meta.Job = r.namer.Name(rec, m.Key)
-	if rec.Meta.Cluster == "" {
-		rec.Meta.Cluster = r.cfg.Cluster
+	r.meta.Job = r.namer.Name(rec, m.Key)
+	if r.meta.Cluster == "" {
+		r.meta.Cluster = r.cfg.Cluster
 	}
+	rec.Meta = &r.meta
 	r.proc.Record(rec)
 }
 
@@ -325,16 +329,16 @@ func (r *Runner) deadLetter(m *Message, line int32, reason, msg string) {
 	}
 }
 
-// Run flushes on time until ctx is done, then drains: a final flush and
-// commit bounded by ShutdownTimeout. The caller stops the source after Run
-// returns, so that the final commit still has a live consumer generation.
+// Run flushes on time until ctx is done. The final flush and commit on
+// shutdown happen in Revoked, which the Kafka source calls while its
+// generation is still alive (or in Drain for callers without one).
 func (r *Runner) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.Batch.MaxWait / 4)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return r.Drain()
+			return nil
 		case <-tick.C:
 			r.mu.Lock()
 			var err error
