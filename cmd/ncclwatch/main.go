@@ -16,6 +16,9 @@ const usage = `usage: ncclwatch <command> [flags] [args]
 
 commands:
   scan     classify NCCL logs from files or stdin and print the verdict
+  run      the service: Kafka → classify → ClickHouse, with /metrics
+  migrate  apply the ClickHouse schema migrations
+  replay   produce log files into Kafka as Fluent Bit records
   gen      write a seeded synthetic training log for benchmarks
   version  print the version
 
@@ -37,6 +40,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "scan":
 		return runScan(args[1:], stdin, stdout, stderr)
+	case "run":
+		return runService(args[1:], stderr)
+	case "migrate":
+		return runMigrate(args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(args[1:], stdout, stderr)
 	case "gen":
 		return runGen(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,441 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/sinks"
+)
+
+// serviceFlags are the flags of `run` (and, in part, `migrate`); they
+// override the config file and the environment.
+type serviceFlags struct {
+	fs         *flag.FlagSet
+	config     string
+	brokers    []string
+	topics     []string
+	group      string
+	clickhouse []string
+	database   string
+	listen     string
+	inventory  string
+	cluster    string
+	logLevel   string
+	migrate    bool
+	expect     string
+}
+
+func newServiceFlags(name string, stderr io.Writer) *serviceFlags {
+	f := &serviceFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	f.fs.SetOutput(stderr)
+	f.fs.StringVar(&f.config, "config", "", "YAML config file (see README); env NCCLWATCH_* and flags override it")
+	f.fs.Var(listFlag{&f.brokers}, "brokers", "Kafka bootstrap brokers host:port[,…] (env NCCLWATCH_BROKERS)")
+	f.fs.Var(listFlag{&f.topics}, "topic", "Kafka topic(s) to consume, comma-separated (env NCCLWATCH_TOPICS)")
+	f.fs.StringVar(&f.group, "group", "", "Kafka consumer group (env NCCLWATCH_GROUP)")
+	f.fs.Var(listFlag{&f.clickhouse}, "clickhouse", "ClickHouse native address host:port[,…] (env NCCLWATCH_CLICKHOUSE)")
+	f.fs.StringVar(&f.database, "database", "", "ClickHouse database (default ncclwatch; env NCCLWATCH_DATABASE)")
+	f.fs.StringVar(&f.listen, "listen", "", "address for /metrics, /healthz, /readyz (default :9464; env NCCLWATCH_LISTEN)")
+	f.fs.StringVar(&f.inventory, "inventory", "", "node inventory file, YAML or CSV, reloaded on change (env NCCLWATCH_INVENTORY)")
+	f.fs.StringVar(&f.cluster, "cluster", "", "cluster name for records that carry none (env NCCLWATCH_CLUSTER)")
+	f.fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (env NCCLWATCH_LOG_LEVEL)")
+	f.fs.BoolVar(&f.migrate, "migrate", false, "apply ClickHouse migrations at start (env NCCLWATCH_MIGRATE)")
+	f.fs.StringVar(&f.expect, "expect", "", "default network class multi-node jobs expect: rdma, tcp or tcpx")
+	return f
+}
+
+// resolve builds the configuration: defaults, file, environment, flags.
+func (f *serviceFlags) resolve(getenv func(string) string) (serviceConfig, error) {
+	cfg := defaultServiceConfig()
+	if f.config != "" {
+		if err := cfg.loadFile(f.config); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.envOverrides(getenv); err != nil {
+		return cfg, err
+	}
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "brokers":
+			cfg.Kafka.Brokers = f.brokers
+		case "topic":
+			cfg.Kafka.Topics = f.topics
+		case "group":
+			cfg.Kafka.GroupID = f.group
+		case "clickhouse":
+			cfg.ClickHouse.Addr = f.clickhouse
+		case "database":
+			cfg.ClickHouse.Database = f.database
+		case "listen":
+			cfg.HTTP.Listen = f.listen
+		case "inventory":
+			cfg.Inventory = f.inventory
+		case "cluster":
+			cfg.Pipeline.Cluster = f.cluster
+		case "log-level":
+			cfg.Log.Level = f.logLevel
+		case "migrate":
+			cfg.Migrate = f.migrate
+		case "expect":
+			cfg.Expect.Network = f.expect
+		}
+	})
+	cfg.Pipeline.Assembler.Expect = cfg.Expect
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", "ncclwatch").Logger()
+}
+
+func runService(args []string, stderr io.Writer) int {
+	f := newServiceFlags("run", stderr)
+	f.fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ncclwatch run [flags]\n\nConsume Fluent Bit records from Kafka, classify NCCL lines, store in ClickHouse.\n\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	cfg, err := f.resolve(os.Getenv)
+	if err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch run: invalid configuration:\n"+err.Error())
+		return exitUsage
+	}
+	log := newLogger(stderr, cfg.Log.Level)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log, nil); err != nil {
+		log.Error().Err(err).Msg("ncclwatch run stopped")
+		return 1
+	}
+	log.Info().Msg("ncclwatch run stopped cleanly")
+	return exitOK
+}
+
+// serveHooks lets the demo and tests watch the service.
+type serveHooks struct {
+	onFlush func([]pipeline.JobSummary)
+	started func(*serviceState)
+	sink    pipeline.Consumer // overrides ClickHouse (the demo's JSON-lines sink)
+}
+
+// serviceState is what a running service exposes to hooks.
+type serviceState struct {
+	runner    *pipeline.Runner
+	source    *kafka.Source
+	delivered *atomic.Int64
+	addr      string
+}
+
+// serve runs the service until ctx is done: Kafka source, runner, HTTP
+// endpoints, inventory reloads and lag gauges, each a goroutine owned here
+// that exits when ctx does.
+func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *serveHooks) error {
+	if hooks == nil {
+		hooks = &serveHooks{}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := pipeline.NewMetrics(reg)
+
+	tracer, shutdownTracer, err := newTracer(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracer()
+
+	var sink pipeline.Consumer = hooks.sink
+	var loader pipeline.EventLoader
+	if sink == nil {
+		ch, err := connectClickHouse(ctx, cfg.ClickHouse, log)
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		if cfg.Migrate {
+			applied, err := ch.Migrate(ctx)
+			if err != nil {
+				return fmt.Errorf("migrate: %w", err)
+			}
+			log.Info().Ints("applied", applied).Str("server", ch.Version()).Msg("clickhouse migrations")
+		}
+		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
+			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
+		}
+		sink, loader = ch, ch
+	}
+
+	var inv *pipeline.Inventory
+	if cfg.Inventory != "" {
+		if inv, err = pipeline.LoadInventory(cfg.Inventory); err != nil {
+			return err
+		}
+		log.Info().Int("nodes", inv.Len()).Str("file", cfg.Inventory).Msg("inventory loaded")
+	}
+
+	src, err := kafka.NewSource(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+
+	dcfg := parsers.DefaultDecoderConfig()
+	dcfg.MaxLineBytes = cfg.Decoder.MaxLineBytes
+	dcfg.Strict = true
+	runner := pipeline.NewRunner(cfg.Pipeline, pipeline.RunnerDeps{
+		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
+		Sink: sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		Logger: log, Tracer: tracer, OnFlush: hooks.onFlush,
+	})
+	state := &serviceState{runner: runner, source: src, delivered: &atomic.Int64{}}
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	state.addr = ln.Addr().String()
+	var assigned atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !assigned.Load() || !runner.Ready() {
+			http.Error(w, "not ready: waiting for a partition assignment or for the sink", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if hooks.started != nil {
+		hooks.started(state)
+	}
+	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
+		Str("http", state.addr).Msg("ncclwatch run starting")
+
+	var g group
+	g.go_(func() error {
+		h := &sourceHandler{r: runner, log: log, delivered: state.delivered, assigned: &assigned}
+		err := src.Run(ctx, h)
+		if err != nil && ctx.Err() != nil {
+			return nil
+		}
+		return err
+	})
+	g.go_(func() error { return runner.Run(ctx) })
+	g.go_(func() error {
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+				for tp, lag := range src.Lag() {
+					metrics.ConsumerLag.WithLabelValues(tp.Topic, fmt.Sprint(tp.Partition)).Set(float64(lag))
+				}
+				if inv != nil {
+					if changed, err := inv.Reload(); err != nil {
+						log.Warn().Err(err).Msg("inventory reload failed; keeping the previous one")
+					} else if changed {
+						log.Info().Int("nodes", inv.Len()).Msg("inventory reloaded")
+					}
+				}
+			}
+		}
+	})
+	g.go_(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.go_(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.wait()
+}
+
+// group runs goroutines and returns the first error once all have exited.
+type group struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func (g *group) go_(fn func() error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := fn(); err != nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, err)
+			g.mu.Unlock()
+		}
+	}()
+}
+
+func (g *group) wait() error {
+	g.wg.Wait()
+	return errors.Join(g.errs...)
+}
+
+// sourceHandler adapts the Kafka source's callbacks to the runner.
+type sourceHandler struct {
+	r         *pipeline.Runner
+	log       zerolog.Logger
+	delivered *atomic.Int64
+	assigned  *atomic.Bool
+}
+
+func partitions(parts []kafka.Partition) []pipeline.Partition {
+	out := make([]pipeline.Partition, len(parts))
+	for i, p := range parts {
+		out[i] = pipeline.Partition{Topic: p.Topic, Partition: p.Partition}
+	}
+	return out
+}
+
+func (h *sourceHandler) Assigned(ctx context.Context, parts []kafka.Partition) error {
+	h.log.Info().Int("partitions", len(parts)).Msg("partitions assigned")
+	err := h.r.Assigned(ctx, partitions(parts))
+	h.assigned.Store(err == nil)
+	return err
+}
+
+func (h *sourceHandler) Message(ctx context.Context, m kafka.Message) error {
+	err := h.r.Message(ctx, pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+		Key: m.Key, Value: m.Value, Time: m.Time})
+	h.delivered.Add(1)
+	return err
+}
+
+func (h *sourceHandler) Revoked(ctx context.Context, parts []kafka.Partition) {
+	h.assigned.Store(false)
+	if err := h.r.Revoked(ctx, partitions(parts)); err != nil {
+		h.log.Warn().Err(err).Msg("flush on revoke failed; the next owner replays from the last commit")
+	}
+}
+
+func (h *sourceHandler) Retrying(err error) {
+	h.log.Warn().Err(err).Msg("kafka: retrying")
+}
+
+// connectClickHouse retries the first connection for a while: in a fresh
+// deployment ClickHouse may come up after ncclwatch.
+func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zerolog.Logger) (*sinks.ClickHouse, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	backoff := 500 * time.Millisecond
+	for {
+		ch, err := sinks.NewClickHouse(ctx, cfg)
+		if err == nil {
+			log.Info().Str("server", ch.Version()).Strs("addr", cfg.Addr).Msg("clickhouse connected")
+			return ch, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("clickhouse %v: %w (is the server up? set --clickhouse or NCCLWATCH_CLICKHOUSE)", cfg.Addr, err)
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("clickhouse not reachable yet")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// newTracer returns an OTLP/HTTP tracer when an endpoint is configured,
+// else a no-op one.
+func newTracer(ctx context.Context, cfg tracingConfig) (trace.Tracer, func(), error) {
+	if cfg.OTLPEndpoint == "" {
+		return noop.NewTracerProvider().Tracer("ncclwatch"), func() {}, nil
+	}
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(cfg.OTLPEndpoint)}
+	if cfg.Insecure {
+		opts = append(opts, otlptracehttp.WithInsecure())
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tracing.otlp_endpoint: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	return tp.Tracer("ncclwatch"), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}, nil
+}
+
+func runMigrate(args []string, stdout, stderr io.Writer) int {
+	f := newServiceFlags("migrate", stderr)
+	f.fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent).\n\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	cfg, err := f.resolve(os.Getenv)
+	if err == nil {
+		err = cfg.ClickHouse.Validate()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch migrate:", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ch, err := sinks.NewClickHouse(ctx, cfg.ClickHouse)
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch migrate:", err)
+		return 1
+	}
+	defer ch.Close()
+	applied, err := ch.Migrate(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch migrate:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "clickhouse %s, database %s: applied migrations %v\n", ch.Version(), cfg.ClickHouse.Database, applied)
+	return exitOK
+}
