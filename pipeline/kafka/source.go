@@ -1,0 +1,592 @@
+package kafka
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+var (
+	// ErrGenerationEnded is returned by Commit once the generation that
+	// owned the partitions has ended (Revoked returned, Run returned, or
+	// the coordinator moved the group on). The caller drops its
+	// uncommitted state: the records are delivered again to whichever
+	// member owns the partition next.
+	ErrGenerationEnded = errors.New("consumer group generation ended")
+	// ErrNotAssigned is returned by Commit for a partition this member
+	// does not own in the current generation.
+	ErrNotAssigned = errors.New("partition not assigned to this member")
+	// ErrClosed is returned by Run after Close.
+	ErrClosed = errors.New("kafka source closed")
+)
+
+const (
+	// prefetch is how many messages each partition reader fetches ahead of
+	// the shared queue. It keeps a partition busy between fetches; the
+	// bound on memory is QueueCapacity + prefetch per assigned partition.
+	prefetch = 32
+	// joinBackoff is the pause after a failed group join. Joining is cheap,
+	// and a fresh broker's coordinator answers within a second or two.
+	joinBackoff = time.Second
+	// partitionWatch is how often the group looks for partitions added to
+	// its topics; a new partition is consumed within this time.
+	partitionWatch = 30 * time.Second
+)
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Partition is a partition assigned to this member.
+type Partition struct {
+	Topic     string
+	Partition int32
+	// CommittedOffset is the group's committed offset (the next offset to
+	// read), or -1 when the group has committed none and reading starts
+	// at Config.StartOffset. In Assigned it is the offset delivery starts
+	// from; in Revoked it is the last offset committed through Commit in
+	// the generation (or the starting one if none was).
+	CommittedOffset int64
+}
+
+// Message is one Kafka record. Key and Value are the handler's to keep.
+type Message struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	// Time is the record's timestamp (producer or broker time).
+	Time time.Time
+	// HighWaterMark is the partition's high water mark when the record
+	// was fetched: the offset the next produced record will get.
+	HighWaterMark int64
+}
+
+// Source returns the pipeline coordinates of the line-th line of m.
+func (m Message) Source(line int32) pipeline.Source {
+	return pipeline.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Line: line}
+}
+
+// Next returns the position to commit once m has been durably accepted.
+func (m Message) Next() pipeline.Offset {
+	return pipeline.Offset{Topic: m.Topic, Partition: m.Partition, Next: m.Offset + 1}
+}
+
+// Handler receives a Source's assignments and messages. Run calls its
+// methods from one goroutine, never concurrently, in this order for every
+// generation: Assigned once, Message for each record (in offset order
+// within a partition, partitions interleaved), Revoked once.
+type Handler interface {
+	// Assigned is called before any message of a generation with the
+	// partitions this member now owns (possibly none), so that the caller
+	// can rebuild its state. ctx is done when the generation ends. An
+	// error stops Run (after Revoked).
+	Assigned(ctx context.Context, parts []Partition) error
+	// Message handles one record. It may block: while it does, no further
+	// record is taken from the queue and the readers stop fetching once
+	// the queue is full. ctx is done when the generation ends (a
+	// rebalance) or Run's context is; a handler blocked on a slow sink
+	// should return then: its uncommitted work is delivered again. A
+	// non-nil error other than ctx's own stops Run (after Revoked).
+	Message(ctx context.Context, m Message) error
+	// Revoked is called once delivery of the generation has stopped,
+	// also when Run returns. Commit still works until Revoked returns, so
+	// the caller may flush and commit what it holds; after that it must
+	// drop its uncommitted state. ctx is not cancelled by Run's context
+	// but expires after the smaller of SessionTimeout and
+	// RebalanceTimeout, by when the coordinator gives up on this member.
+	Revoked(ctx context.Context, parts []Partition)
+}
+
+// RetryObserver is implemented by a Handler that wants to hear of the
+// errors Run retries by itself: a group join that failed, a broker that
+// cannot be reached. Run calls Retrying from the same goroutine as the
+// Handler methods; it must not block. Errors that retrying will not fix
+// (bad credentials, missing ACLs, an unsupported protocol) end Run instead.
+type RetryObserver interface {
+	Retrying(err error)
+}
+
+// Source is one member of a Kafka consumer group. It delivers records to a
+// Handler and commits offsets only when told to through Commit; it never
+// commits on its own. Commit, Lag and Close are safe for concurrent use
+// with Run.
+type Source struct {
+	cfg    Config
+	dialer *kafka.Dialer
+	start  int64 // kafka.FirstOffset or kafka.LastOffset
+
+	mu      sync.Mutex
+	gen     *generation  // the current generation; nil between generations
+	queue   chan Message // the current generation's queue; nil between them
+	lag     map[TopicPartition]int64
+	running bool
+	closed  bool
+	cancel  context.CancelFunc // stops the running Run
+	done    chan struct{}      // closed when the running Run returns
+}
+
+// generation is one assignment of partitions to this member.
+type generation struct {
+	kg    *kafka.Generation
+	owned map[TopicPartition]struct{} // fixed for the generation
+
+	// mu is held for reading by each Commit in flight and for writing to
+	// end the generation, so that ending waits for those commits and no
+	// commit starts after it.
+	mu    sync.RWMutex
+	ended bool
+
+	cmu       sync.Mutex
+	committed map[TopicPartition]int64 // last committed offset, -1 for none
+}
+
+// NewSource checks cfg and loads its TLS files. It does not connect: Run
+// does.
+func NewSource(cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sec, err := newSecurity("kafka", cfg.TLS, cfg.SASL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{
+		cfg:    cfg,
+		dialer: sec.dialer(),
+		start:  kafka.FirstOffset,
+		lag:    make(map[TopicPartition]int64),
+	}
+	if cfg.StartOffset == StartLatest {
+		s.start = kafka.LastOffset
+	}
+	return s, nil
+}
+
+// Run joins the group and consumes until ctx is done or Close is called,
+// then leaves the group and returns nil. It returns early with an error
+// when a handler method fails or Kafka reports an error that retrying will
+// not fix. Every goroutine it starts has exited when it returns. Run may
+// be called again after it returned, but not concurrently.
+func (s *Source) Run(ctx context.Context, h Handler) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.running:
+		s.mu.Unlock()
+		return errors.New("kafka source: Run is already running")
+	}
+	done := make(chan struct{})
+	s.running, s.cancel, s.done = true, cancel, done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running, s.cancel, s.done = false, nil, nil
+		s.mu.Unlock()
+		close(done)
+	}()
+
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                     s.cfg.GroupID,
+		Brokers:                s.cfg.Brokers,
+		Dialer:                 s.dialer,
+		Topics:                 s.cfg.Topics,
+		HeartbeatInterval:      s.cfg.HeartbeatInterval,
+		SessionTimeout:         s.cfg.SessionTimeout,
+		RebalanceTimeout:       s.cfg.RebalanceTimeout,
+		JoinGroupBackoff:       joinBackoff,
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: partitionWatch,
+		StartOffset:            s.start,
+	})
+	if err != nil {
+		return fmt.Errorf("kafka consumer group: %w", err)
+	}
+	defer cg.Close()
+	obs, _ := h.(RetryObserver)
+	for {
+		kg, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			err = fmt.Errorf("kafka join group %q: %w", s.cfg.GroupID, err)
+			if permanent(err) {
+				return err
+			}
+			// A join that meets a rebalance in progress is the normal
+			// course of a rebalance, not worth a report.
+			if obs != nil && !errors.Is(err, kafka.RebalanceInProgress) {
+				obs.Retrying(err)
+			}
+			continue
+		}
+		if stop, err := s.consume(ctx, cg, kg, h, obs); stop {
+			return err
+		}
+	}
+}
+
+// consume runs one generation: Assigned, delivery, Revoked. It reports
+// whether Run must return, and with what error. When it must, it has
+// closed the group.
+func (s *Source) consume(ctx context.Context, cg *kafka.ConsumerGroup, kg *kafka.Generation, h Handler, obs RetryObserver) (stop bool, err error) {
+	g := &generation{kg: kg, owned: make(map[TopicPartition]struct{}), committed: make(map[TopicPartition]int64)}
+	var parts []Partition
+	for topic, as := range kg.Assignments {
+		for _, a := range as {
+			off := a.Offset
+			if off < 0 { // kafka.FirstOffset or LastOffset: nothing committed
+				off = -1
+			}
+			parts = append(parts, Partition{Topic: topic, Partition: int32(a.ID), CommittedOffset: off})
+			tp := TopicPartition{topic, int32(a.ID)}
+			g.owned[tp] = struct{}{}
+			g.committed[tp] = off
+		}
+	}
+	slices.SortFunc(parts, func(a, b Partition) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+
+	gctx, cancelGen := context.WithCancel(ctx)
+	defer cancelGen()
+	// The holder keeps the kafka-go generation (and its coordinator
+	// connection) open until Revoked has returned: kafka-go rejoins the
+	// group as soon as every function started on the generation returns,
+	// and the coordinator still accepts commits of the old generation
+	// while it waits for members to rejoin.
+	ended := make(chan struct{})   // kafka-go ended the generation
+	release := make(chan struct{}) // Revoked returned: let it go
+	kg.Start(func(kctx context.Context) {
+		<-kctx.Done()
+		close(ended)
+		cancelGen()
+		<-release
+	})
+	s.mu.Lock()
+	s.gen = g
+	s.mu.Unlock()
+
+	var (
+		readers sync.WaitGroup
+		fatal   = make(chan error, len(parts))
+		warn    = make(chan error, len(parts))
+	)
+	err = h.Assigned(gctx, slices.Clone(parts))
+	if err != nil {
+		if gctx.Err() != nil && isContextErr(err) {
+			err = nil // the generation ended under it
+		} else {
+			err = fmt.Errorf("kafka assigned: %w", err)
+		}
+	} else {
+		q := make(chan Message, s.cfg.QueueCapacity)
+		s.mu.Lock()
+		s.queue = q
+		s.mu.Unlock()
+		for _, p := range parts {
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				s.read(gctx, p, q, fatal, warn)
+			}()
+		}
+		err = s.deliver(gctx, q, fatal, warn, h, obs)
+	}
+	cancelGen()
+
+	rctx, cancelRevoke := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.SessionTimeout, s.cfg.RebalanceTimeout))
+	h.Revoked(rctx, g.revoked(parts))
+	cancelRevoke()
+	s.end(g)
+	readers.Wait()
+
+	stop = ctx.Err() != nil || err != nil
+	if stop {
+		// Close the group before letting the generation go, so that
+		// kafka-go leaves the group instead of joining the next
+		// generation; closing ends the generation, which the holder
+		// waits for.
+		closed := make(chan struct{})
+		go func() {
+			cg.Close()
+			close(closed)
+		}()
+		<-ended
+		close(release)
+		<-closed
+		return true, err
+	}
+	<-ended // delivery stops only when gctx is done: here, by the holder
+	close(release)
+	return false, nil
+}
+
+// deliver passes queued messages to the handler until the generation ends
+// or something fails.
+func (s *Source) deliver(ctx context.Context, q <-chan Message, fatal, warn <-chan error, h Handler, obs RetryObserver) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-fatal:
+			return err
+		case err := <-warn:
+			if obs != nil {
+				obs.Retrying(err)
+			}
+		case m := <-q:
+			// select picks at random among ready cases; a generation that
+			// ended must not deliver one more message.
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.observe(m)
+			if err := h.Message(ctx, m); err != nil {
+				if ctx.Err() != nil && isContextErr(err) {
+					return nil
+				}
+				return fmt.Errorf("kafka message %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+			}
+		}
+	}
+}
+
+// read fetches one partition into q until ctx is done. The reader's own
+// retries cover broker restarts and leader moves; errors that retrying
+// will not fix go to fatal (once), the others to warn (dropped when full:
+// the reader reports them again).
+func (s *Source) read(ctx context.Context, p Partition, q chan<- Message, fatal, warn chan<- error) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:       s.cfg.Brokers,
+		Topic:         p.Topic,
+		Partition:     int(p.Partition),
+		Dialer:        s.dialer,
+		QueueCapacity: prefetch,
+		MinBytes:      s.cfg.MinBytes,
+		MaxBytes:      s.cfg.MaxBytes,
+		MaxWait:       s.cfg.MaxWait,
+	})
+	defer r.Close()
+	off := p.CommittedOffset
+	if off < 0 {
+		off = s.start
+	}
+	if err := r.SetOffset(off); err != nil {
+		fatal <- fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
+		return
+	}
+	for {
+		km, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			err = fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
+			if permanent(err) {
+				fatal <- err
+				return
+			}
+			select {
+			case warn <- err:
+			default:
+			}
+			continue
+		}
+		m := Message{
+			Topic:         p.Topic,
+			Partition:     p.Partition,
+			Offset:        km.Offset,
+			Key:           km.Key,
+			Value:         km.Value,
+			Time:          km.Time,
+			HighWaterMark: km.HighWaterMark,
+		}
+		select {
+		case q <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// observe records the lag after m is delivered.
+func (s *Source) observe(m Message) {
+	s.mu.Lock()
+	s.lag[TopicPartition{m.Topic, m.Partition}] = max(m.HighWaterMark-(m.Offset+1), 0)
+	s.mu.Unlock()
+}
+
+// revoked returns parts with the offsets committed in the generation.
+func (g *generation) revoked(parts []Partition) []Partition {
+	g.cmu.Lock()
+	defer g.cmu.Unlock()
+	out := slices.Clone(parts)
+	for i := range out {
+		out[i].CommittedOffset = g.committed[TopicPartition{out[i].Topic, out[i].Partition}]
+	}
+	return out
+}
+
+// end makes Commit fail for g from now on, after commits in flight.
+func (s *Source) end(g *generation) {
+	g.mu.Lock()
+	g.ended = true
+	g.mu.Unlock()
+	s.mu.Lock()
+	if s.gen == g {
+		s.gen, s.queue = nil, nil
+	}
+	for tp := range g.owned {
+		delete(s.lag, tp)
+	}
+	s.mu.Unlock()
+}
+
+// Commit commits offsets for partitions of the current generation; for a
+// partition named more than once the highest offset wins. It returns an
+// error wrapping ErrGenerationEnded when there is no current generation or
+// the coordinator no longer accepts this one, and one wrapping
+// ErrNotAssigned for a partition this member does not own; nothing is
+// committed then. A commit is bounded by the coordinator timeout (5 s);
+// ctx is checked before it is sent. Commit may be called from a Handler
+// method, Revoked included, and from other goroutines.
+func (s *Source) Commit(ctx context.Context, offs []pipeline.Offset) error {
+	if len(offs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("kafka commit: %w", err)
+	}
+	s.mu.Lock()
+	g := s.gen
+	s.mu.Unlock()
+	if g == nil {
+		return fmt.Errorf("kafka commit: %w", ErrGenerationEnded)
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.ended {
+		return fmt.Errorf("kafka commit: %w", ErrGenerationEnded)
+	}
+	req := make(map[string]map[int]int64)
+	for _, o := range offs {
+		if _, ok := g.owned[TopicPartition{o.Topic, o.Partition}]; !ok {
+			return fmt.Errorf("kafka commit %s/%d: %w", o.Topic, o.Partition, ErrNotAssigned)
+		}
+		if o.Next < 0 {
+			return fmt.Errorf("kafka commit %s/%d: offset %d is negative", o.Topic, o.Partition, o.Next)
+		}
+		ps := req[o.Topic]
+		if ps == nil {
+			ps = make(map[int]int64)
+			req[o.Topic] = ps
+		}
+		if cur, ok := ps[int(o.Partition)]; !ok || o.Next > cur {
+			ps[int(o.Partition)] = o.Next
+		}
+	}
+	if err := g.kg.CommitOffsets(req); err != nil {
+		if generationGone(err) {
+			return fmt.Errorf("kafka commit: %w: %w", ErrGenerationEnded, err)
+		}
+		return fmt.Errorf("kafka commit: %w", err)
+	}
+	g.cmu.Lock()
+	for topic, ps := range req {
+		for p, off := range ps {
+			g.committed[TopicPartition{topic, int32(p)}] = off
+		}
+	}
+	g.cmu.Unlock()
+	return nil
+}
+
+// Lag returns the consumer lag of each partition that has delivered a
+// message in the current generation: its high water mark minus the next
+// offset to deliver, as of the last delivered message. Partitions that
+// delivered nothing yet are absent.
+func (s *Source) Lag() map[TopicPartition]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[TopicPartition]int64, len(s.lag))
+	for tp, l := range s.lag {
+		out[tp] = l
+	}
+	return out
+}
+
+// QueueLen returns the number of fetched messages waiting for the handler
+// and the queue's capacity, for the metrics.
+func (s *Source) QueueLen() (length, capacity int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue), s.cfg.QueueCapacity
+}
+
+// Close stops a running Run and waits for it to return (Revoked is called,
+// the group is left); later Runs return ErrClosed. It must not be called
+// from a Handler method.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// permanent reports whether err will not go away by retrying: bad
+// credentials, missing ACLs, an unsupported protocol, a broker certificate
+// that does not verify. The operator has to change something.
+func permanent(err error) bool {
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kafka.TopicAuthorizationFailed, kafka.GroupAuthorizationFailed, kafka.ClusterAuthorizationFailed,
+			kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism, kafka.IllegalSASLState,
+			kafka.InvalidSessionTimeout, kafka.InconsistentGroupProtocol, kafka.InvalidGroupId,
+			kafka.UnsupportedVersion:
+			return true
+		}
+		return false
+	}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		verify    *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &verify)
+}
+
+// generationGone reports whether the coordinator refused a commit because
+// the generation is over.
+func generationGone(err error) bool {
+	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) ||
+		errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.FencedInstanceID)
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
