@@ -676,10 +676,11 @@ func rollUp(j *jobState, whole CommSummary, comms []CommSummary) JobSummary {
 	}
 	if whole.Verdict == js.Verdict {
 		add(whole.Reasons)
-	}
-	for _, c := range comms {
-		if c.Verdict == js.Verdict {
-			add(c.Reasons)
+	} else {
+		for _, c := range comms {
+			if c.Verdict == js.Verdict {
+				add(c.Reasons)
+			}
 		}
 	}
 	switch {

@@ -15,6 +15,7 @@ import (
 const usage = `usage: ncclwatch <command> [flags] [args]
 
 commands:
+  demo     run the whole pipeline on bundled real logs (needs nothing but Go)
   scan     classify NCCL logs from files or stdin and print the verdict
   run      the service: Kafka → classify → ClickHouse, with /metrics
   migrate  apply the ClickHouse schema migrations
@@ -40,6 +41,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "scan":
 		return runScan(args[1:], stdin, stdout, stderr)
+	case "demo":
+		return runDemo(args[1:], stdout, stderr)
 	case "run":
 		return runService(args[1:], stderr)
 	case "migrate":

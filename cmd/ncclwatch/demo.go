@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/sinks"
+)
+
+// demoFS holds real NCCL log excerpts (cmd/ncclwatch/demo/README.md), so an
+// installed binary runs the demo from any directory.
+//
+//go:embed demo/*.log
+var demoFS embed.FS
+
+// demoJobs are the jobs the demo replays, one per bundled log.
+var demoJobs = []struct {
+	job, file, namespace, node string
+}{
+	{"llm-70b-ib", "demo/llm-70b-ib.log", "research", "dgx-a17"},
+	{"llm-13b-socket", "demo/llm-13b-socket.log", "research", "h100nvl-03"},
+	{"bert-roce-gdr-off", "demo/bert-roce-gdr-off.log", "nlp", "roce-node-2"},
+	{"nvls-single-node", "demo/nvls-single-node.log", "bench", "h800-01"},
+	{"efa-p4d", "demo/efa-p4d.log", "aws", "p4d-0"},
+}
+
+const demoTopic = "training-logs"
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var clickhouse []string
+	fs.Var(listFlag{&clickhouse}, "clickhouse", "also write to this ClickHouse (host:port; env NCCLWATCH_CLICKHOUSE)")
+	database := fs.String("database", "ncclwatch_demo", "ClickHouse database for the demo")
+	out := fs.String("out", "", "directory for JSON-lines results when no ClickHouse is given (default: a new temporary directory)")
+	keep := fs.Bool("serve", false, "keep serving /metrics and consuming after the jobs settled (Ctrl-C stops)")
+	listen := fs.String("listen", "127.0.0.1:0", "address for /metrics, /healthz, /readyz")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up if the jobs have not settled by then")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ncclwatch demo [flags]\n\nStart an in-process Kafka broker, replay five real NCCL logs as jobs, run the real pipeline\nand print each job's verdict as it settles.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if len(clickhouse) == 0 {
+		clickhouse = splitList(os.Getenv("NCCLWATCH_CLICKHOUSE"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := demo(ctx, stdout, stderr, demoOptions{clickhouse: clickhouse, database: *database, out: *out,
+		serve: *keep, listen: *listen, timeout: *timeout}); err != nil {
+		fmt.Fprintln(stderr, "ncclwatch demo:", err)
+		return 1
+	}
+	return exitOK
+}
+
+type demoOptions struct {
+	clickhouse []string
+	database   string
+	out        string
+	serve      bool
+	listen     string
+	timeout    time.Duration
+}
+
+func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
+	fake, err := kafka.NewFake(demoTopic, 3)
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+
+	produced, err := produceDemo(ctx, fake.Addrs())
+	if err != nil {
+		return err
+	}
+
+	cfg := defaultServiceConfig()
+	cfg.Kafka.Brokers = fake.Addrs()
+	cfg.Kafka.Topics = []string{demoTopic}
+	cfg.Kafka.GroupID = "ncclwatch-demo"
+	cfg.Kafka.HeartbeatInterval = 500 * time.Millisecond
+	cfg.Kafka.MaxWait = 100 * time.Millisecond
+	cfg.Pipeline.Batch.MaxWait = 200 * time.Millisecond
+	cfg.HTTP.Listen = o.listen
+	cfg.Log.Level = "warn"
+
+	hooks := &serveHooks{}
+	where := ""
+	if len(o.clickhouse) > 0 {
+		cfg.ClickHouse.Addr = o.clickhouse
+		cfg.ClickHouse.Database = o.database
+		cfg.Migrate = true
+		where = fmt.Sprintf("ClickHouse %s, database %s (SELECT * FROM %s.job_verdicts)", strings.Join(o.clickhouse, ","), o.database, o.database)
+	} else {
+		dir := o.out
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "ncclwatch-demo-"); err != nil {
+				return err
+			}
+		}
+		jl, err := sinks.NewJSONLines(dir)
+		if err != nil {
+			return err
+		}
+		defer jl.Close()
+		hooks.sink = jl
+		where = dir + " (JSON lines: job_summaries.jsonl, comm_summaries.jsonl, nccl_events.jsonl)"
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "ncclwatch demo: in-process Kafka on %s, %d real NCCL logs replayed as %d jobs (%d records)\n",
+		strings.Join(fake.Addrs(), ","), len(demoJobs), len(demoJobs), produced)
+	fmt.Fprintf(stdout, "results: %s\n\n", where)
+	// Rows print as jobs settle, so columns have fixed widths.
+	const row = "%-18s %-16s %-21s %-4s %-5s %-5s %s\n"
+	fmt.Fprintf(stdout, row, "JOB", "VERDICT", "NETWORK", "GDR", "NODES", "RANKS", "WHY")
+
+	var mu sync.Mutex
+	printed := map[string]pipeline.Verdict{}
+	settled := make(chan struct{})
+	var settledOnce sync.Once
+	var state *serviceState
+	hooks.onFlush = func(jobs []pipeline.JobSummary) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, j := range jobs {
+			if v, ok := printed[j.Job]; ok && v == j.Verdict {
+				continue
+			}
+			printed[j.Job] = j.Verdict
+			network := strOrDash(j.Network)
+			if j.NetworkClass != nil {
+				network += " (" + *j.NetworkClass + ")"
+			}
+			fmt.Fprintf(stdout, row, j.Job, j.Verdict, network, boolOrDash(j.GDR),
+				intOrDash(j.NNodes), intOrDash(j.NRanks), strings.Join(j.Reasons, "; "))
+		}
+		if len(printed) == len(demoJobs) && state != nil && state.delivered.Load() >= produced {
+			settledOnce.Do(func() { close(settled) })
+		}
+	}
+	hooks.started = func(s *serviceState) {
+		mu.Lock()
+		state = s
+		mu.Unlock()
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	log := newLogger(stderr, cfg.Log.Level).Level(zerolog.WarnLevel)
+	go func() { errc <- serve(runCtx, cfg, log, hooks) }()
+
+	deadline := time.NewTimer(o.timeout)
+	defer deadline.Stop()
+	select {
+	case <-settled:
+	case err := <-errc:
+		return fmt.Errorf("pipeline stopped before the jobs settled: %v", err)
+	case <-deadline.C:
+		cancel()
+		<-errc
+		return fmt.Errorf("jobs did not settle within %s", o.timeout)
+	case <-ctx.Done():
+		cancel()
+		return <-errc
+	}
+	mu.Lock()
+	fallback := []string{}
+	for job, v := range printed {
+		if v == pipeline.VerdictSocketFallback {
+			fallback = append(fallback, job)
+		}
+	}
+	mu.Unlock()
+	fmt.Fprintf(stdout, "\nall %d jobs settled; silent socket fallback in: %s\n", len(demoJobs), strings.Join(fallback, ", "))
+	if o.serve {
+		fmt.Fprintf(stdout, "serving http://%s/metrics — Ctrl-C stops\n", state.addr)
+		<-ctx.Done()
+	}
+	cancel()
+	return <-errc
+}
+
+// produceDemo replays the bundled logs into the broker and returns the
+// number of records.
+func produceDemo(ctx context.Context, brokers []string) (int64, error) {
+	pcfg := kafka.DefaultProducerConfig()
+	pcfg.Brokers, pcfg.Topic = brokers, demoTopic
+	prod, err := kafka.NewProducer(pcfg)
+	if err != nil {
+		return 0, err
+	}
+	defer prod.Close()
+	var n int64
+	for _, j := range demoJobs {
+		f, err := demoFS.Open(j.file)
+		if err != nil {
+			return n, err
+		}
+		rp := &replayer{meta: replayMeta{Job: j.job, Namespace: j.namespace, Node: j.node, Pod: j.job + "-worker-0",
+			Container: "pytorch", Cluster: "demo"}, dec: parsers.NewDecoder(parsers.DefaultDecoderConfig()), start: time.Now()}
+		var msgs []kafka.ProducerMessage
+		err = rp.records(f, func(v []byte) error {
+			msgs = append(msgs, kafka.ProducerMessage{Key: []byte(j.job), Value: append([]byte(nil), v...)})
+			return nil
+		})
+		f.Close()
+		if err != nil {
+			return n, err
+		}
+		if err := prod.Produce(ctx, msgs); err != nil {
+			return n, err
+		}
+		n += int64(len(msgs))
+	}
+	return n, nil
+}
