@@ -270,8 +270,9 @@ func (c *ClickHouse) Stats() ClickHouseStats {
 // is harmless, since storage folds rows with equal coordinates or keys.
 // Consume does not keep b.
 func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
-	for i := range tables {
-		t := &tables[i]
+	all := allTables()
+	for i := range all {
+		t := &all[i]
 		n := t.rows(b)
 		if n == 0 {
 			continue
@@ -442,6 +443,15 @@ func (t *table) token(b *pipeline.Batch) string {
 		span = fmt.Sprintf("%s/%d@%d-%s/%d@%d", first.Topic, first.Partition, first.Next, last.Topic, last.Partition, last.Next)
 	}
 	return fmt.Sprintf("ncclwatch:%s:%s:%d:%016x", t.name, span, t.rows(b), h.Sum64())
+}
+
+// allTables lists every table Consume writes: the core ones here, then
+// those of sinks/alerts.go and sinks/telemetry.go.
+func allTables() []table {
+	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables))
+	out = append(out, tables...)
+	out = append(out, alertTables...)
+	return append(out, telemetryTables...)
 }
 
 var tables = []table{

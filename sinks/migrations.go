@@ -96,6 +96,14 @@ const dedupWindow = 1000
 // features f. Append new migrations at the end; never change one that was
 // released, since servers that applied it will not apply it again.
 func migrations(f features) []migration {
+	out := coreMigrations(f)
+	out = append(out, alertMigrations(f)...)
+	return append(out, telemetryMigrations(f)...)
+}
+
+// coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
+// telemetry 20–39 (sinks/telemetry.go).
+func coreMigrations(f features) []migration {
 	timeType := "DateTime"
 	if f.DateTime64 {
 		timeType = "DateTime64(6)"
