@@ -31,9 +31,9 @@ unit: vet
 	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= $(GO) test -race -count=1 ./...
 
 fuzz:
-	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzStripPrefix$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzStripPrefix$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
 services-start:
 	deploy/local/kafka.sh start

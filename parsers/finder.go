@@ -10,7 +10,7 @@ import "bytes"
 // searched with bytes.Index over a whole block, which runs at several GB/s
 // because the first bytes of each token are rare in trainer output
 // (BenchmarkFinder).
-var finderTokens = [...][]byte{[]byte("NCCL"), []byte("INFO "), []byte("WARN "), []byte(" Pid "), []byte(" pid=")}
+var finderTokens = [...][]byte{[]byte("NCCL"), []byte("INFO "), []byte("WARN "), []byte("Pid "), []byte(" pid=")}
 
 // Finder finds candidate lines in a block of log text without looking at
 // the lines between them: the prefilter of the file and Kafka paths. It
@@ -77,6 +77,9 @@ func (f *Finder) plausible(i, at int) bool {
 		return at >= 2 && f.block[at-1] == ' ' && f.block[at-2] == ']'
 	case 2: // "WARN ": "[dev] WARN " or "file.cc:123 WARN "
 		return at >= 2 && f.block[at-1] == ' ' && (f.block[at-2] == ']' || isDigit(f.block[at-2]))
+	case 3: // "Pid ": nccl-tests "… Group  0 Pid  78499 on host"; searching
+		// "Pid " rather than " Pid " is twice as fast (rare first byte).
+		return at >= 1 && f.block[at-1] == ' '
 	}
 	return true
 }

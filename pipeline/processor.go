@@ -87,12 +87,14 @@ type Finder interface {
 // BlockScanner reads a stream in large blocks and hands fn only the lines
 // that hold a candidate token, found with one fast substring search per
 // token over the whole block: the lines in between are never looked at.
-// Lines over the cap are skipped and counted, never fatal.
+// Reading runs in its own goroutine, one block ahead of the search, so the
+// read syscalls overlap the scanning. Lines over the cap are skipped and
+// counted, never fatal.
 type BlockScanner struct {
 	r    io.Reader
 	find Finder
 	max  int
-	buf  []byte
+	size int
 	// Oversized counts candidate lines longer than the cap (and lines too
 	// long for the buffer).
 	Oversized int64
@@ -106,24 +108,61 @@ func NewBlockScanner(r io.Reader, find Finder, max int) *BlockScanner {
 	if 4*max > size {
 		size = 4 * max
 	}
-	return &BlockScanner{r: r, find: find, max: max, buf: make([]byte, size)}
+	return &BlockScanner{r: r, find: find, max: max, size: size}
+}
+
+// chunk is a run of complete lines and the buffer that holds it.
+type chunk struct {
+	region []byte
+	base   int64
+	buf    []byte
 }
 
 // Scan calls fn for every candidate line (without its newline) with the
 // byte offset where it starts. line is valid only during the call. It
-// returns nil at the end of the input.
+// returns nil at the end of the input. Three buffers of the block size are
+// all the memory it holds, whatever the input length.
 func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
+	free := make(chan []byte, 3)
+	for i := 0; i < cap(free); i++ {
+		free <- make([]byte, s.size)
+	}
+	work := make(chan chunk, 2)
+	type result struct {
+		oversized int64
+		err       error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := s.produce(free, work)
+		done <- result{n, err}
+	}()
+	for c := range work {
+		s.lines(c.region, c.base, fn)
+		free <- c.buf
+	}
+	res := <-done
+	s.Oversized += res.oversized
+	return res.err
+}
+
+// produce reads blocks, cuts each at its last newline and sends the
+// complete lines to work; the incomplete tail is copied to the front of the
+// next buffer. It closes work when the input ends.
+func (s *BlockScanner) produce(free chan []byte, work chan<- chunk) (oversized int64, err error) {
+	defer close(work)
+	buf := <-free
 	carry := 0        // bytes of an incomplete line kept from the last block
 	var base int64    // stream offset of buf[0]
 	skipping := false // inside a line too long for the buffer
 	for {
-		n, err := io.ReadAtLeast(s.r, s.buf[carry:], len(s.buf)-carry)
+		n, rerr := io.ReadAtLeast(s.r, buf[carry:], len(buf)-carry)
 		s.Bytes += int64(n)
-		eof := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-		if err != nil && !eof {
-			return fmt.Errorf("read: %w", err)
+		eof := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
+		if rerr != nil && !eof {
+			return oversized, fmt.Errorf("read: %w", rerr)
 		}
-		block := s.buf[:carry+n]
+		block := buf[:carry+n]
 		skip := 0
 		if skipping {
 			nl := bytes.IndexByte(block, '\n')
@@ -131,7 +170,7 @@ func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
 				base += int64(len(block))
 				carry = 0
 				if eof {
-					return nil
+					return oversized, nil
 				}
 				continue
 			}
@@ -145,9 +184,9 @@ func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
 			switch {
 			case last >= 0:
 				region = block[:last+1]
-			case len(block) == len(s.buf):
+			case len(block) == len(buf):
 				// One line fills the buffer: skip it.
-				s.Oversized++
+				oversized++
 				skipping = true
 				base += int64(len(block))
 				carry = 0
@@ -156,12 +195,15 @@ func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
 				region = block[:0]
 			}
 		}
-		s.lines(region, base+int64(skip), fn)
 		if eof {
-			return nil
+			work <- chunk{region: region, base: base + int64(skip), buf: buf}
+			return oversized, nil
 		}
+		next := <-free
+		carry = copy(next, block[len(region):])
+		work <- chunk{region: region, base: base + int64(skip), buf: buf}
 		base += int64(skip + len(region))
-		carry = copy(s.buf, block[len(region):])
+		buf = next
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -110,6 +111,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	hcas := fs.Int("hcas", 0, "HCAs each node provides; fewer in use is degraded (0: unknown)")
 	maxLine := fs.Int("max-line-bytes", 64<<10, "skip and count lines longer than this")
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
 		fs.PrintDefaults()
@@ -134,6 +136,19 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *maxLine <= 0 {
 		fmt.Fprintln(stderr, "ncclwatch scan: --max-line-bytes: must be > 0")
 		return exitUsage
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
 	}
 	s := newScanner(expect, *maxLine)
 	if !*quiet && isTerminal(os.Stderr) {

@@ -1,0 +1,99 @@
+package pipeline
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// tokenFinder finds the substring tok (the real one is parsers.Finder).
+type tokenFinder struct {
+	block []byte
+	tok   []byte
+}
+
+func (f *tokenFinder) Reset(b []byte) { f.block = b }
+func (f *tokenFinder) Next(from int) int {
+	if from >= len(f.block) {
+		return -1
+	}
+	i := bytes.Index(f.block[from:], f.tok)
+	if i < 0 {
+		return -1
+	}
+	return from + i
+}
+
+// TestBlockScannerMatchesLineByLine compares the block scanner with a
+// line-by-line reference on random inputs, with block sizes small enough
+// that lines straddle blocks, over a reader that returns one byte at a time
+// now and then.
+func TestBlockScannerMatchesLineByLine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := 0; iter < 200; iter++ {
+		var in strings.Builder
+		nlines := rng.IntN(60)
+		for i := 0; i < nlines; i++ {
+			n := rng.IntN(90)
+			for j := 0; j < n; j++ {
+				if rng.IntN(40) == 0 {
+					in.WriteString("NCCL")
+				} else {
+					in.WriteByte(byte('a' + rng.IntN(26)))
+				}
+			}
+			if i < nlines-1 || rng.IntN(2) == 0 {
+				in.WriteByte('\n')
+			}
+		}
+		text := in.String()
+		max := 40 + rng.IntN(40)
+		var want []string
+		var wantOver int64
+		off := 0
+		for _, l := range strings.SplitAfter(text, "\n") {
+			line := strings.TrimSuffix(l, "\n")
+			if strings.Contains(line, "NCCL") {
+				if len(line) > max {
+					wantOver++
+				} else {
+					want = append(want, fmt.Sprintf("%d:%s", off, line))
+				}
+			}
+			off += len(l)
+		}
+		size := 4*max + rng.IntN(64)
+		var r = iotest.HalfReader(strings.NewReader(text))
+		bs := &BlockScanner{r: r, find: &tokenFinder{tok: []byte("NCCL")}, max: max, size: size}
+		var got []string
+		if err := bs.Scan(func(line []byte, off int64) { got = append(got, fmt.Sprintf("%d:%s", off, line)) }); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("iteration %d (max %d, size %d):\ngot  %q\nwant %q", iter, max, size, got, want)
+		}
+		// Lines longer than the buffer are counted when they are skipped
+		// whole; shorter oversized candidate lines are counted when found.
+		if bs.Oversized < wantOver {
+			t.Fatalf("iteration %d: oversized = %d; want at least %d", iter, bs.Oversized, wantOver)
+		}
+		if bs.Bytes != int64(len(text)) {
+			t.Fatalf("iteration %d: bytes = %d; want %d", iter, bs.Bytes, len(text))
+		}
+	}
+}
+
+func TestBlockScannerSkipsLineLongerThanBuffer(t *testing.T) {
+	text := "NCCL short\n" + strings.Repeat("NCCL", 100) + "\nNCCL after\n"
+	bs := &BlockScanner{r: strings.NewReader(text), find: &tokenFinder{tok: []byte("NCCL")}, max: 16, size: 64}
+	var got []string
+	if err := bs.Scan(func(line []byte, _ int64) { got = append(got, string(line)) }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "NCCL short|NCCL after" || bs.Oversized != 1 {
+		t.Fatalf("got %q, oversized %d; want the two short lines and 1 oversized", got, bs.Oversized)
+	}
+}
