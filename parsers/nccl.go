@@ -15,6 +15,7 @@ import (
 )
 
 var (
+	nameIB       = []byte("IB")
 	tokNCCL      = []byte("NCCL ")
 	tokInfoOld   = []byte("] INFO ")
 	tokWarnOld   = []byte(" WARN ")
@@ -414,7 +415,7 @@ func parseNetIB(rest []byte, ev *pipeline.Event) bool {
 		}
 		list = bytes.TrimRight(trimSpace(list), ";")
 		ev.Value = trimSpace(list)
-		ev.Name = []byte("IB")
+		ev.Name = nameIB
 		return true
 	case hasPrefix(rest, "GPU Direct RDMA "):
 		parseGDR(rest, ev)
