@@ -110,6 +110,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	noGDR := fs.Bool("no-gdr-expected", false, "do not report RDMA without GPUDirect RDMA as gdr_off")
 	hcas := fs.Int("hcas", 0, "HCAs each node provides; fewer in use is degraded (0: unknown)")
 	maxLine := fs.Int("max-line-bytes", 64<<10, "skip and count lines longer than this")
+	inventory := fs.String("inventory", "", "node inventory (YAML or CSV): the expectation of the nodes the input's records name")
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
 	fs.Usage = func() {
@@ -181,6 +182,16 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "ncclwatch scan:", err)
 			return exitUsage
 		}
+	}
+	if *inventory != "" {
+		inv, err := pipeline.LoadInventory(*inventory)
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		asm := s.proc.Assembler()
+		e := inv.Expect(asm.Nodes(scanJob), expect)
+		asm.SetExpectation(scanJob, &e)
 	}
 	res := s.result()
 	if *asJSON {

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func corpusPath(name string) string { return filepath.Join("..", "..", "testdata", "corpus", name) }
+
+// TestScanExitStatus checks the documented exit statuses scripts rely on.
+func TestScanExitStatus(t *testing.T) {
+	inv := filepath.Join(t.TempDir(), "inv.yaml")
+	if err := os.WriteFile(inv, []byte("- {node: tcp-node-1, pool: cpu-net, rdma_capable: false}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fb := filepath.Join(t.TempDir(), "fb.jsonl")
+	if err := os.WriteFile(fb, []byte(`{"log":"ubuntu:1:1 [0] NCCL INFO NET/IB : No device found.\n","kubernetes":{"host":"tcp-node-1","pod_name":"p"}}
+{"log":"ubuntu:1:1 [0] NCCL INFO Using network Socket\n","kubernetes":{"host":"tcp-node-1","pod_name":"p"}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"fallback", []string{corpusPath(fallbackFile)}, exitFinding},
+		{"healthy ib", []string{corpusPath("083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log")}, exitOK},
+		{"gdr off", []string{corpusPath("063_roce_gdr_disabled_for_hca_gdr_level_sys.log")}, exitFinding},
+		{"gdr off not expected", []string{"--no-gdr-expected", corpusPath("063_roce_gdr_disabled_for_hca_gdr_level_sys.log")}, exitOK},
+		{"tcp pool", []string{"--expect", "tcp", corpusPath(fallbackFile)}, exitOK},
+		{"inventory says tcp", []string{"--inventory", inv, fb}, exitOK},
+		{"without inventory", []string{fb}, exitFinding},
+		{"no nccl evidence", []string{filepath.Join("..", "..", "README.md")}, exitOK},
+		{"missing file", []string{"/nonexistent/x.log"}, exitUsage},
+		{"bad flag", []string{"--nope"}, exitUsage},
+		{"bad expect", []string{"--expect", "infiniband", corpusPath(fallbackFile)}, exitUsage},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if got := runScan(append([]string{"--no-progress"}, c.args...), strings.NewReader(""), &out, &errOut); got != c.want {
+				t.Fatalf("scan %v = %d; want %d\nstdout: %s\nstderr: %s", c.args, got, c.want, out.String(), errOut.String())
+			}
+		})
+	}
+}
+
+const fallbackFile = "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log"
+
+// TestScanJSONContract checks the documented summary fields exist with the
+// documented types, reading stdin.
+func TestScanJSONContract(t *testing.T) {
+	in, err := os.ReadFile(corpusPath(fallbackFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := runScan([]string{"--json", "-"}, bytes.NewReader(in), &out, &errOut); code != exitFinding {
+		t.Fatalf("exit %d; stderr %s", code, errOut.String())
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"communicators", "summary", "input"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("document lacks %q", k)
+		}
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(doc["summary"], &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"nccl_version": "string", "version_skew": "bool", "network": "string", "network_class": "string",
+		"fabric": "null", "gdr": "null", "multi_node": "bool", "nnodes": "null", "nranks": "null", "intra": "array",
+		"fallback": "bool", "warns": "number", "verdict": "string"}
+	for k, typ := range want {
+		v, ok := sum[k]
+		if !ok {
+			t.Errorf("summary lacks %q", k)
+			continue
+		}
+		got := "null"
+		switch v.(type) {
+		case string:
+			got = "string"
+		case bool:
+			got = "bool"
+		case float64:
+			got = "number"
+		case []any:
+			got = "array"
+		}
+		if got != typ {
+			t.Errorf("summary.%s is %s (%v); want %s", k, got, v, typ)
+		}
+	}
+	if sum["network"] != "Socket" || sum["fallback"] != true || sum["verdict"] != "socket_fallback" || sum["nccl_version"] != "2.18.3" {
+		t.Errorf("summary = %v", sum)
+	}
+}
