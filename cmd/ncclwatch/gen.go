@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -99,9 +98,10 @@ func generate(w io.Writer, cfg genConfig) (int64, error) {
 		}
 		out := line
 		if cfg.Format == "fluentbit" {
-			node := r / cfg.GPUs
+			node := strconv.Itoa(r / cfg.GPUs)
 			t := base.Add(time.Duration(i) * time.Millisecond)
-			jsonBuf = fluentBitRecord(jsonBuf[:0], line, t, node, r%cfg.GPUs)
+			jsonBuf = fluentBitJSON(jsonBuf[:0], line, t, replayMeta{Job: "train-llm-7b", Namespace: "ml-research",
+				Pod: "train-llm-7b-worker-" + node, Node: "gpu-node-" + node, Container: "pytorch"})
 			out = jsonBuf
 		}
 		n, err := bw.Write(out)
@@ -162,29 +162,6 @@ func fillTrainer(dst []byte, tpl string, rng *rand.Rand) []byte {
 		}
 		dst = append(dst, c)
 	}
-	return dst
-}
-
-// fluentBitRecord wraps line as Fluent Bit's Kafka output writes it
-// (deploy/fluent-bit/README.md has the exact shape).
-func fluentBitRecord(dst, line []byte, t time.Time, node, gpu int) []byte {
-	dst = append(dst, `{"@timestamp":`...)
-	dst = strconv.AppendFloat(dst, float64(t.UnixNano())/1e9, 'f', 6, 64)
-	dst = append(dst, `,"log":`...)
-	esc, _ := json.Marshal(string(line) + "\n")
-	dst = append(dst, esc...)
-	dst = append(dst, `,"stream":"stdout","time":"`...)
-	dst = t.AppendFormat(dst, time.RFC3339Nano)
-	dst = append(dst, `","kubernetes":{"pod_name":"train-llm-7b-worker-`...)
-	dst = strconv.AppendInt(dst, int64(node), 10)
-	dst = append(dst, `","namespace_name":"ml-research","pod_id":"6f0c1c1e-4a4b-4d55-9f0e-2f0d4c8f`...)
-	dst = strconv.AppendInt(dst, int64(1000+node), 10)
-	dst = append(dst, `","labels":{"training.kubeflow.org/job-name":"train-llm-7b","training.kubeflow.org/replica-type":"worker","training.kubeflow.org/replica-index":"`...)
-	dst = strconv.AppendInt(dst, int64(node), 10)
-	dst = append(dst, `"},"host":"gpu-node-`...)
-	dst = strconv.AppendInt(dst, int64(node), 10)
-	dst = append(dst, `","container_name":"pytorch","docker_id":"5f1e0b9c2d7a","container_image":"nvcr.io/nvidia/pytorch:25.01-py3"}}`...)
-	_ = gpu
 	return dst
 }
 
