@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -177,8 +178,10 @@ type Runner struct {
 	cur      *Message
 	line     int32
 	last     time.Time // last flush
-	ready    bool
 	draining bool
+	// ready is read without mu: flush holds mu for as long as the sink
+	// refuses a batch, and /readyz must answer 503 meanwhile, not hang.
+	ready atomic.Bool
 }
 
 // NewRunner returns a runner; cfg must be valid and deps.Sink set.
@@ -214,12 +217,9 @@ func (r *Runner) reset() {
 	r.skip = map[partKey]int64{}
 }
 
-// Ready reports whether the last batch was stored (for /readyz).
-func (r *Runner) Ready() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ready
-}
+// Ready reports whether the last batch was stored (for /readyz). It does
+// not wait for a flush in progress.
+func (r *Runner) Ready() bool { return r.ready.Load() }
 
 // Jobs returns the number of jobs held (for tests and /metrics).
 func (r *Runner) Jobs() int {
@@ -395,7 +395,7 @@ func (r *Runner) flush(ctx context.Context) error {
 		}
 	}
 	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 {
-		r.ready = true
+		r.ready.Store(true)
 		return nil
 	}
 	jobs := make([]string, 0, len(r.dirty))
@@ -434,7 +434,7 @@ func (r *Runner) flush(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		r.ready = false
+		r.ready.Store(false)
 		span.RecordError(err)
 		if mt := r.deps.Metrics; mt != nil {
 			mt.InsertErrors.Inc()
@@ -454,7 +454,7 @@ func (r *Runner) flush(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
-	r.ready = true
+	r.ready.Store(true)
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Ready.Set(1)
 		mt.BatchRows.Observe(float64(r.batch.Len()))
@@ -521,6 +521,12 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 			job := JobKey(row.Cluster, row.Namespace, row.Job)
 			r.asm.Add(job, &meta, &ev, row.Time)
 			r.touched[job] = r.deps.Now()
+			// A process that died between a batch's events insert and its
+			// summaries insert left events whose records are now skipped:
+			// only a rebuilt job's own summary can bring storage level.
+			// Versions are deterministic, so a rewrite of a stored
+			// summary changes nothing.
+			r.dirty[job] = true
 			n++
 			return nil
 		})

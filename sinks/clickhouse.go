@@ -673,14 +673,15 @@ func capText(s string, n int) string {
 	return s[:cut]
 }
 
-// LoadEvents calls fn for every stored event of topic's partitions with a
-// time at or after since, once per source coordinate (topic, partition,
-// offset, line) even before the table's merges folded replays, in
-// (partition, offset, line) order. It is how assembler state is rebuilt
-// after a restart. since is compared at the column's precision: seconds on
-// servers without DateTime64, rounded down so that no later event is missed.
-// An error from fn stops the stream and is returned. No partitions, no
-// events.
+// LoadEvents calls fn for every event of topic's partitions stored at or
+// after since (ingest time, inserted_at: the runner evicts idle jobs by
+// processing time too, so backfilled logs with old event times are rebuilt
+// like live ones), once per source coordinate (topic, partition, offset,
+// line) even before the table's merges folded replays, in (partition,
+// offset, line) order. It is how assembler state is rebuilt after a
+// restart. since is compared in whole seconds, rounded down so that no
+// later event is missed. An error from fn stops the stream and is
+// returned. No partitions, no events.
 func (c *ClickHouse) LoadEvents(ctx context.Context, topic string, partitions []int32, since time.Time,
 	fn func(pipeline.EventRow) error) error {
 	if len(partitions) == 0 {
@@ -691,18 +692,13 @@ func (c *ClickHouse) LoadEvents(ctx context.Context, topic string, partitions []
 		parts[i] = strconv.FormatInt(int64(p), 10)
 	}
 	since = clampTime(since).UTC()
-	var sinceSQL string
-	if c.features.DateTime64 {
-		sinceSQL = "toDateTime64('" + since.Format("2006-01-02 15:04:05.000000") + "', 6, 'UTC')"
-	} else {
-		sinceSQL = "toDateTime('" + since.Format("2006-01-02 15:04:05") + "', 'UTC')"
-	}
+	sinceSQL := "toDateTime('" + since.Format("2006-01-02 15:04:05") + "', 'UTC')"
 	// FINAL folds replays within a partition of the table; LIMIT 1 BY
 	// also folds copies that landed in different months (an event whose
 	// time is the ingest time, replayed across a month boundary).
 	q := "SELECT topic, `partition`, `offset`, line, time, job, namespace, cluster, pod, container, node, host, pid, " +
 		"dev, rank, kind, warn, text FROM " + c.cfg.Database + ".nccl_events FINAL " +
-		"WHERE topic = ? AND `partition` IN (" + strings.Join(parts, ", ") + ") AND time >= " + sinceSQL +
+		"WHERE topic = ? AND `partition` IN (" + strings.Join(parts, ", ") + ") AND inserted_at >= " + sinceSQL +
 		" ORDER BY `partition`, `offset`, line LIMIT 1 BY `partition`, `offset`, line"
 	rows, err := c.conn.Query(ctx, q, topic)
 	if err != nil {

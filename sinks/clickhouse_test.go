@@ -442,7 +442,7 @@ func TestClickHouseLoadEvents(t *testing.T) {
 		ev("t", 0, 3, 0, t0),
 		ev("t", 2, 1, 0, t0),                     // partition not asked for
 		ev("other", 0, 4, 0, t0),                 // topic not asked for
-		ev("t", 0, 1, 0, t0.Add(-48*time.Hour)),  // before since
+		ev("t", 0, 1, 0, t0.Add(-48*time.Hour)),  // an old event time, stored now: rebuilt
 		ev("t", 0, 9, 0, t0.Add(30*time.Second)), // next month: another table partition
 	}}
 	// Replays: the same batch again, and the same coordinate with an ingest
@@ -455,7 +455,7 @@ func TestClickHouseLoadEvents(t *testing.T) {
 	}
 
 	var got []pipeline.EventRow
-	since := t0.Add(-time.Hour)
+	since := time.Now().Add(-time.Hour)
 	if err := c.LoadEvents(ctx, "t", []int32{0, 1}, since, func(e pipeline.EventRow) error {
 		got = append(got, e)
 		return nil
@@ -467,6 +467,7 @@ func TestClickHouseLoadEvents(t *testing.T) {
 		coords = append(coords, e.Source)
 	}
 	want := []pipeline.Source{
+		{Topic: "t", Partition: 0, Offset: 1, Line: 0},
 		{Topic: "t", Partition: 0, Offset: 3, Line: 0},
 		{Topic: "t", Partition: 0, Offset: 3, Line: 1},
 		{Topic: "t", Partition: 0, Offset: 9, Line: 0},
@@ -480,7 +481,7 @@ func TestClickHouseLoadEvents(t *testing.T) {
 		precision = time.Microsecond
 	}
 	w := b.Events[1] // t/0/3/1
-	g := got[1]
+	g := got[2]
 	if !g.Time.Equal(w.Time.Truncate(precision)) || g.Job != w.Job || g.Namespace != w.Namespace || g.Cluster != w.Cluster ||
 		g.Pod != w.Pod || g.Container != w.Container || g.Node != w.Node || g.Host != w.Host || g.PID != w.PID ||
 		g.Dev != w.Dev || g.Rank != w.Rank || g.Kind != w.Kind || g.Warn != w.Warn || g.Line != w.Line {
@@ -496,6 +497,13 @@ func TestClickHouseLoadEvents(t *testing.T) {
 	}
 	if err := c.LoadEvents(ctx, "t", nil, since, func(pipeline.EventRow) error { t.Error("row for no partitions"); return nil }); err != nil {
 		t.Errorf("LoadEvents(no partitions) = %v", err)
+	}
+	// Nothing was stored after a time in the future.
+	if err := c.LoadEvents(ctx, "t", []int32{0, 1}, time.Now().Add(time.Hour), func(pipeline.EventRow) error {
+		t.Error("row stored before since")
+		return nil
+	}); err != nil {
+		t.Errorf("LoadEvents(future since) = %v", err)
 	}
 }
 

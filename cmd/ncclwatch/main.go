@@ -21,6 +21,7 @@ commands:
   migrate  apply the ClickHouse schema migrations
   replay   produce log files into Kafka as Fluent Bit records
   gen      write a seeded synthetic training log for benchmarks
+  load     load benchmark: produce a mixed stream, consume it, report records/s, latency and RSS
   version  print the version
 
 Run 'ncclwatch <command> -h' for a command's flags.
@@ -49,6 +50,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runMigrate(args[1:], stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
+	case "load":
+		return runLoad(args[1:], stdout, stderr)
 	case "gen":
 		return runGen(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,1146 @@
+package main
+
+// Integration tests of the whole service on the real Kafka broker and
+// ClickHouse server of deploy/local (NCCLWATCH_TEST_KAFKA and
+// NCCLWATCH_TEST_CLICKHOUSE, set by `make test`). They skip without them,
+// and fail instead under NCCLWATCH_REQUIRE_SERVERS=1. Every test has its own
+// topic, consumer group and database (random suffix), so they share the
+// servers with other tests safely; the one that pauses ClickHouse starts a
+// private server. Every wait is bounded by itWait and polls every itPoll.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/sinks"
+)
+
+const (
+	itPoll = 100 * time.Millisecond
+	itWait = 60 * time.Second
+	corpus = "../../testdata/corpus/"
+)
+
+// itServers returns the integration broker and ClickHouse server, or skips
+// (fails under NCCLWATCH_REQUIRE_SERVERS=1: CI never skips silently).
+func itServers(t *testing.T) (brokers []string, clickhouse string) {
+	t.Helper()
+	k, ch := os.Getenv("NCCLWATCH_TEST_KAFKA"), os.Getenv("NCCLWATCH_TEST_CLICKHOUSE")
+	if k == "" || ch == "" {
+		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
+			t.Fatal("NCCLWATCH_TEST_KAFKA or NCCLWATCH_TEST_CLICKHOUSE is empty but NCCLWATCH_REQUIRE_SERVERS=1")
+		}
+		t.Skip("NCCLWATCH_TEST_KAFKA and NCCLWATCH_TEST_CLICKHOUSE not set")
+	}
+	return splitList(k), ch
+}
+
+func randHex() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// itEnv is one test's topic, group and database.
+type itEnv struct {
+	brokers []string
+	chAddr  string
+	topic   string
+	group   string
+	db      string
+	ch      *sinks.ClickHouse
+}
+
+// newITEnv creates a topic with the given partitions and connects to
+// chAddr for the test's queries; the database is dropped at the end.
+func newITEnv(t *testing.T, brokers []string, chAddr string, partitions int) *itEnv {
+	t.Helper()
+	suffix := randHex()
+	name := strings.ToLower(strings.TrimPrefix(t.Name(), "TestIntegration"))
+	e := &itEnv{brokers: brokers, chAddr: chAddr, topic: "ncclwatch-it-" + name + "-" + suffix,
+		group: "ncclwatch-it-" + name + "-" + suffix, db: "ncclwatch_it_" + suffix}
+	ctx, cancel := context.WithTimeout(context.Background(), itWait)
+	defer cancel()
+	if err := kafka.CreateTopic(ctx, brokers, e.topic, partitions); err != nil {
+		t.Fatalf("CreateTopic(%s, %d) = %v", e.topic, partitions, err)
+	}
+	cfg := sinks.DefaultClickHouseConfig()
+	cfg.Addr, cfg.Database = []string{chAddr}, e.db
+	cfg.QueryTimeout = 10 * time.Second
+	ch, err := sinks.NewClickHouse(ctx, cfg)
+	if err != nil {
+		t.Fatalf("NewClickHouse(%s) = %v", chAddr, err)
+	}
+	e.ch = ch
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// clickhouse-go reads the answer to DDL sent through Query as
+		// io.EOF from 18.16; whether the database is gone is what counts.
+		if err := e.exec(ctx, "DROP DATABASE IF EXISTS "+e.db); err != nil && !errors.Is(err, io.EOF) {
+			t.Errorf("drop %s: %v", e.db, err)
+		}
+		if n, err := e.count("SELECT count() FROM system.databases WHERE name = '{db}'"); err != nil || n != 0 {
+			t.Errorf("database %s still exists after DROP (%d, %v)", e.db, n, err)
+		}
+		ch.Close()
+	})
+	return e
+}
+
+// config is the service configuration the tests run with: fast batches,
+// rebalances and shutdowns, an ephemeral HTTP port.
+func (e *itEnv) config(t *testing.T) serviceConfig {
+	t.Helper()
+	cfg := defaultServiceConfig()
+	cfg.Kafka.Brokers, cfg.Kafka.Topics, cfg.Kafka.GroupID = e.brokers, []string{e.topic}, e.group
+	cfg.Kafka.MaxWait = 100 * time.Millisecond
+	cfg.Kafka.HeartbeatInterval = 500 * time.Millisecond
+	cfg.Kafka.SessionTimeout = 6 * time.Second // the broker's group.min.session.timeout.ms
+	cfg.Kafka.RebalanceTimeout = 10 * time.Second
+	cfg.ClickHouse.Addr, cfg.ClickHouse.Database = []string{e.chAddr}, e.db
+	cfg.ClickHouse.RetryBackoff = 100 * time.Millisecond
+	cfg.Pipeline.Batch.MaxWait = 100 * time.Millisecond
+	cfg.Pipeline.RetryBackoff = 100 * time.Millisecond
+	cfg.Pipeline.MaxBackoff = time.Second
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Migrate = true
+	return cfg
+}
+
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// query runs sql and calls fn for each row with the row's Scan.
+func (e *itEnv) query(ctx context.Context, sql string, fn func(scan func(...any) error) error) error {
+	r, err := e.ch.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	var rs rows = r
+	defer rs.Close()
+	for rs.Next() {
+		if err := fn(rs.Scan); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
+func (e *itEnv) exec(ctx context.Context, sql string) error {
+	return e.query(ctx, sql, func(func(...any) error) error { return nil })
+}
+
+func (e *itEnv) count(sql string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n uint64
+	err := e.query(ctx, strings.ReplaceAll(sql, "{db}", e.db), func(scan func(...any) error) error { return scan(&n) })
+	return n, err
+}
+
+// verdictRow is what the tests compare of a job: the job_verdicts columns
+// that scan reports too, with the stored summary's version.
+type verdictRow struct {
+	Network      *string `json:"network"`
+	NetworkClass *string `json:"network_class"`
+	Fabric       *string `json:"fabric"`
+	GDR          *bool   `json:"gdr"`
+	NNodes       *int    `json:"nnodes"`
+	NRanks       *int    `json:"nranks"`
+	NCCLVersion  *string `json:"nccl_version"`
+	Verdict      string  `json:"verdict"`
+	Version      uint64  `json:"version"` // max(version) of job_summaries: the NCCL lines folded in
+	Rows         uint64  `json:"rows"`    // rows of job_verdicts for the job: 1
+}
+
+// want is what scan reports for one file: the uninterrupted expectation.
+func want(t *testing.T, path string) verdictRow {
+	t.Helper()
+	res := scanFile(t, path)
+	s := res.Summary
+	return verdictRow{Network: s.Network, NetworkClass: s.NetworkClass, Fabric: s.Fabric, GDR: s.GDR,
+		NNodes: s.NNodes, NRanks: s.NRanks, NCCLVersion: s.NCCLVersion, Verdict: string(s.Verdict),
+		Version: uint64(res.Input.NCCLLines), Rows: 1}
+}
+
+// verdicts reads job_verdicts and the summaries' versions, by job.
+func (e *itEnv) verdicts() (map[string]verdictRow, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := map[string]verdictRow{}
+	err := e.query(ctx, "SELECT job, network, network_class, fabric, gdr, nnodes, nranks, nccl_version, verdict FROM "+
+		e.db+".job_verdicts", func(scan func(...any) error) error {
+		var (
+			job, verdict              string
+			network, class, fab, nccl *string
+			gdr                       *uint8
+			nnodes, nranks            *int32
+		)
+		if err := scan(&job, &network, &class, &fab, &gdr, &nnodes, &nranks, &nccl, &verdict); err != nil {
+			return err
+		}
+		v := out[job]
+		v.Network, v.NetworkClass, v.Fabric, v.NCCLVersion, v.Verdict = network, class, fab, nccl, verdict
+		if gdr != nil {
+			b := *gdr != 0
+			v.GDR = &b
+		}
+		v.NNodes, v.NRanks = intOf(nnodes), intOf(nranks)
+		v.Rows++
+		out[job] = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = e.query(ctx, "SELECT job, max(version) FROM "+e.db+".job_summaries GROUP BY job",
+		func(scan func(...any) error) error {
+			var job string
+			var version uint64
+			if err := scan(&job, &version); err != nil {
+				return err
+			}
+			v := out[job]
+			v.Version = version
+			out[job] = v
+			return nil
+		})
+	return out, err
+}
+
+func intOf(p *int32) *int {
+	if p == nil {
+		return nil
+	}
+	v := int(*p)
+	return &v
+}
+
+// diffVerdicts says how got differs from want, "" when it does not.
+func diffVerdicts(got, want map[string]verdictRow) string {
+	var d []string
+	for job, w := range want {
+		g, ok := got[job]
+		switch {
+		case !ok:
+			d = append(d, fmt.Sprintf("job %s: missing from job_verdicts", job))
+		case show(g) != show(w):
+			d = append(d, fmt.Sprintf("job %s:\n  got  %s\n  want %s", job, show(g), show(w)))
+		}
+	}
+	for job := range got {
+		if _, ok := want[job]; !ok {
+			d = append(d, fmt.Sprintf("job %s: in job_verdicts but never replayed", job))
+		}
+	}
+	slices.Sort(d)
+	return strings.Join(d, "\n")
+}
+
+// eventually polls check until it returns "" or itWait passes, then fails
+// with check's last answer and what dump says.
+func eventually(t *testing.T, what string, check func() string, dump func() string) {
+	t.Helper()
+	deadline := time.Now().Add(itWait)
+	for {
+		d := check()
+		if d == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			extra := ""
+			if dump != nil {
+				extra = "\n" + dump()
+			}
+			t.Fatalf("%s: not reached within %s:\n%s%s", what, itWait, d, extra)
+		}
+		time.Sleep(itPoll)
+	}
+}
+
+// waitVerdicts waits until job_verdicts holds exactly want.
+func (e *itEnv) waitVerdicts(t *testing.T, want map[string]verdictRow, dump func() string) {
+	t.Helper()
+	eventually(t, "job_verdicts equal to scan", func() string {
+		got, err := e.verdicts()
+		if err != nil {
+			return err.Error()
+		}
+		return diffVerdicts(got, want)
+	}, dump)
+}
+
+// replayFile produces one file as one job's Fluent Bit records (replay.go)
+// and returns the number of records.
+func (e *itEnv) replayFile(t *testing.T, job, path string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), itWait)
+	defer cancel()
+	n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
+		Container: "trainer"}, 0, 1, []string{path})
+	if err != nil {
+		t.Fatalf("replay %s as %s: %v", path, job, err)
+	}
+	return n
+}
+
+// syncBuffer is a log destination shared by the service's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return tail(s.b.String(), 40)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// itService is serve() running in the test process.
+type itService struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan error
+	log    *syncBuffer
+	addr   string
+}
+
+// startService runs serve(cfg) until the test ends (or stop) and waits
+// until its HTTP endpoints answer.
+func startService(t *testing.T, name string, cfg serviceConfig) *itService {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	s := &itService{name: name, done: make(chan error, 1), log: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	addr := make(chan string, 1)
+	hooks := &serveHooks{started: func(st *serviceState) { addr <- st.addr }}
+	go func() { s.done <- serve(ctx, cfg, newLogger(s.log, "info"), hooks) }()
+	select {
+	case s.addr = <-addr:
+	case err := <-s.done:
+		cancel()
+		t.Fatalf("%s: serve returned before it started: %v\n%s", name, err, s.log)
+	case <-time.After(itWait):
+		cancel()
+		t.Fatalf("%s: serve did not start within %s\n%s", name, itWait, s.log)
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop cancels the service and waits for serve to return.
+func (s *itService) stop(t *testing.T) {
+	t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("%s: serve() = %v\n%s", s.name, err, s.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s: serve did not return within 30s of cancel\n%s", s.name, s.log)
+	}
+}
+
+func (s *itService) dump() string { return "---- " + s.name + " log ----\n" + s.log.String() }
+
+// httpGet returns the status and body of GET url, bounded by 5 s.
+func httpGet(url string) (int, string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// metric reads one sample from addr's /metrics: name with its labels as
+// the exposition format prints them, e.g. `x_total{reason="oversized"}`.
+// An absent sample is 0.
+func metric(t *testing.T, addr, sample string) float64 {
+	t.Helper()
+	code, body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET %s/metrics = %d, %v", addr, code, err)
+	}
+	v, _ := sampleValue(body, sample)
+	return v
+}
+
+func sampleValue(body, sample string) (float64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func readyz(addr string) int {
+	code, _, err := httpGet("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	return code
+}
+
+// TestIntegrationEndToEndEqualsScan replays real corpus files as jobs into
+// the real broker, runs the service against the real ClickHouse, and checks
+// that every job's job_verdicts row is what scan says for the same file.
+func TestIntegrationEndToEndEqualsScan(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	e := newITEnv(t, brokers, chAddr, 3)
+	files := []string{
+		"083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log",
+		"107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log",
+		"063_roce_gdr_disabled_for_hca_gdr_level_sys.log",
+		"045_nvls_single_node_h800_nccl2.18.3_part2_connect_complete.log",
+		"082_efa_aws_libfabric_gdrdma_p4d_eks_2node_16rank_channels.log",
+		"022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log",
+		"069_nccl2.27.5_ofi_plugin_rejected_fallback_internal_ib_roce_part2.log",
+		"052_fastrak_tcpxo_gcp_a3mega_using_network_grep.log",
+		"080_efa_ofi_libfabric_no_gdr_g7e_2node_nccl2.29.2.log",
+	}
+	wantRows := map[string]verdictRow{}
+	for _, f := range files {
+		job := "e2e-" + f[:3]
+		wantRows[job] = want(t, corpus+f)
+		e.replayFile(t, job, corpus+f)
+	}
+	svc := startService(t, "ncclwatch", e.config(t))
+	e.waitVerdicts(t, wantRows, svc.dump)
+
+	var lines uint64
+	for _, w := range wantRows {
+		lines += w.Version
+	}
+	if n, err := e.count("SELECT count() FROM {db}.nccl_events FINAL"); err != nil || n != lines {
+		t.Errorf("nccl_events FINAL rows = %d, %v; want %d (the NCCL lines replayed)", n, err, lines)
+	}
+	if code := readyz(svc.addr); code != http.StatusOK {
+		t.Errorf("/readyz = %d; want 200", code)
+	}
+}
+
+// genJobs writes n seeded synthetic raw training logs (gen.go) into dir,
+// alternating IB and silent Socket jobs of 2 to 4 nodes, and returns their
+// paths by job name.
+func genJobs(t *testing.T, dir string, n int, bytesPerJob int64) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := range n {
+		cfg := defaultGenConfig()
+		cfg.Seed = uint64(100 + i)
+		cfg.Bytes = bytesPerJob
+		cfg.Nodes = 2 + i%3
+		cfg.Network = []string{"IB", "Socket"}[i%2]
+		job := fmt.Sprintf("gen-%02d-%s", i, strings.ToLower(cfg.Network))
+		path := filepath.Join(dir, job+".log")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := generate(f, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out[job] = path
+	}
+	return out
+}
+
+// buildBinary builds ncclwatch into dir, with -race when the test binary
+// has it (the build then reuses the test's compiled packages).
+func buildBinary(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "ncclwatch")
+	args := []string{"build", "-o", bin}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				args = append(args, "-race")
+			}
+		}
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// process is `ncclwatch run` as a child process.
+type process struct {
+	cmd  *exec.Cmd
+	log  string
+	addr string
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, bin, config, logPath, addr string) *process {
+	t.Helper()
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", config)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), "NCCLWATCH_BROKERS=", "NCCLWATCH_CLICKHOUSE=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, log: logPath, addr: addr, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.kill() })
+	eventually(t, "ncclwatch run answering /readyz", func() string {
+		select {
+		case <-p.done:
+			return "exited"
+		default:
+		}
+		if code := readyz(addr); code != http.StatusOK {
+			return fmt.Sprintf("/readyz = %d", code)
+		}
+		return ""
+	}, p.dump)
+	return p
+}
+
+func (p *process) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *process) dump() string {
+	b, _ := os.ReadFile(p.log)
+	return "---- " + p.log + " ----\n" + tail(string(b), 40)
+}
+
+// TestIntegrationKillAndRestart kills `ncclwatch run` with SIGKILL while it
+// consumes a mixed stream of many jobs, restarts it in the same group, and
+// checks that storage shows every job once with the uninterrupted verdict
+// and version, and every NCCL line once.
+func TestIntegrationKillAndRestart(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	e := newITEnv(t, brokers, chAddr, 3)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	jobs := genJobs(t, dir, 12, 1<<20)
+	wantRows := map[string]verdictRow{}
+	var lines uint64
+	for job, path := range jobs {
+		w := want(t, path)
+		wantRows[job] = w
+		lines += w.Version
+	}
+
+	port := freePort(t)
+	config := filepath.Join(dir, "ncclwatch.yaml")
+	yaml := fmt.Sprintf(`kafka:
+  brokers: [%q]
+  topics: [%q]
+  group_id: %q
+  max_wait: 100ms
+  heartbeat_interval: 500ms
+  session_timeout: 6s
+  rebalance_timeout: 10s
+clickhouse:
+  addr: [%q]
+  database: %s
+pipeline:
+  batch:
+    max_rows: 200
+    max_wait: 100ms
+http:
+  listen: 127.0.0.1:%d
+migrate: true
+`, brokers[0], e.topic, e.group, chAddr, e.db, port)
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	logPath := filepath.Join(dir, "run.log")
+	first := startProcess(t, bin, config, logPath, addr)
+
+	// Produce while the service consumes, paced so that the stream lasts
+	// a few seconds whatever the machine: the kill lands mid-stream.
+	names := make([]string, 0, len(jobs))
+	for job := range jobs {
+		names = append(names, job)
+	}
+	slices.Sort(names)
+	var total int64
+	produced := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), itWait)
+		defer cancel()
+		for _, job := range names {
+			n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it",
+				Pod: job + "-worker-0", Container: "trainer"}, 25000, 1, []string{jobs[job]})
+			if err != nil {
+				produced <- err
+				return
+			}
+			total += n
+		}
+		produced <- nil
+	}()
+
+	var commitsAtKill, recordsAtKill float64
+	eventually(t, "some batches committed", func() string {
+		commitsAtKill = metric(t, addr, "ncclwatch_offset_commits_total")
+		recordsAtKill = metric(t, addr, "ncclwatch_records_total")
+		if commitsAtKill < 3 || recordsAtKill < 20000 {
+			return fmt.Sprintf("%v commits, %v records so far", commitsAtKill, recordsAtKill)
+		}
+		return ""
+	}, first.dump)
+	first.kill()
+	t.Logf("killed -9 after %v commits and %v records", commitsAtKill, recordsAtKill)
+
+	second := startProcess(t, bin, config, logPath, addr)
+	select {
+	case err := <-produced:
+		if err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+	case <-time.After(itWait):
+		t.Fatal("replay did not finish")
+	}
+	if float64(total) <= recordsAtKill {
+		t.Fatalf("the kill came after the whole stream (%d records) was consumed: it proves nothing", total)
+	}
+	e.waitVerdicts(t, wantRows, second.dump)
+	eventually(t, "nccl_events holds every NCCL line once", func() string {
+		n, err := e.count("SELECT count() FROM {db}.nccl_events FINAL")
+		if err != nil || n != lines {
+			return fmt.Sprintf("nccl_events FINAL rows = %d, %v; want %d", n, err, lines)
+		}
+		return ""
+	}, second.dump)
+	if n, err := e.count("SELECT count() FROM (SELECT job FROM {db}.job_verdicts GROUP BY job HAVING count() > 1)"); err != nil || n != 0 {
+		t.Errorf("jobs with more than one job_verdicts row = %d, %v; want 0", n, err)
+	}
+	if r := metric(t, addr, "ncclwatch_state_rebuilt_events_total"); r == 0 {
+		t.Errorf("the restarted service rebuilt no events from storage:\n%s", second.dump())
+	}
+	t.Logf("restarted service: %v records, %v rebuilt events, %v replays skipped",
+		metric(t, addr, "ncclwatch_records_total"), metric(t, addr, "ncclwatch_state_rebuilt_events_total"),
+		metric(t, addr, "ncclwatch_replayed_records_skipped_total"))
+}
+
+// privateClickHouse starts a ClickHouse server of the test's own on free
+// ports (deploy/local/clickhouse.sh) and returns its native address and a
+// function that pauses (SIGSTOP) or resumes (SIGCONT) it.
+func privateClickHouse(t *testing.T) (addr string, signal func(syscall.Signal)) {
+	t.Helper()
+	tcp, httpPort := freePort(t), freePort(t)
+	for httpPort == tcp {
+		httpPort = freePort(t)
+	}
+	tmp := t.TempDir()
+	script := "../../deploy/local/clickhouse.sh"
+	env := append(os.Environ(), "CLICKHOUSE_PORT="+strconv.Itoa(tcp), "CLICKHOUSE_HTTP_PORT="+strconv.Itoa(httpPort), "TMPDIR="+tmp)
+	run := func(arg string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, script, arg)
+		cmd.Env = env
+		return cmd.CombinedOutput()
+	}
+	if out, err := run("start"); err != nil {
+		t.Fatalf("clickhouse.sh start: %v\n%s", err, out)
+	}
+	pidText, err := os.ReadFile(filepath.Join(tmp, "ncclwatch-clickhouse-"+strconv.Itoa(tcp), "clickhouse.pid"))
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil || perr != nil {
+		t.Fatalf("clickhouse pid file: %v %v", err, perr)
+	}
+	signal = func(sig syscall.Signal) {
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Errorf("kill -%d %d: %v", sig, pid, err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if out, err := run("stop"); err != nil {
+			t.Errorf("clickhouse.sh stop: %v\n%s", err, out)
+		}
+	})
+	return "127.0.0.1:" + strconv.Itoa(tcp), signal
+}
+
+// committed reads the group's committed offsets with the broker's own
+// tool (ConsumerGroupCommand): an independent view of what was committed.
+func committed(t *testing.T, e *itEnv) map[int]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), itWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "../../deploy/local/kafka.sh", "tool",
+		"org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", e.brokers[0],
+		"--describe", "--group", e.group)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ConsumerGroupCommand --describe: %v\n%s", err, out)
+	}
+	offs := map[int]int64{}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[1] != e.topic {
+			continue
+		}
+		p, err1 := strconv.Atoi(f[2])
+		o, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil {
+			continue
+		}
+		if err2 != nil {
+			o = 0 // "-": nothing committed
+		}
+		offs[p] = o
+	}
+	return offs
+}
+
+func sum(m map[int]int64) int64 {
+	var s int64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// TestIntegrationClickHouseDown pauses the service's ClickHouse (SIGSTOP:
+// the server is unreachable but keeps its data) while records arrive, and
+// checks that nothing is committed meanwhile, /readyz says 503, and that
+// after SIGCONT consumption resumes and every job and event is stored.
+func TestIntegrationClickHouseDown(t *testing.T) {
+	brokers, _ := itServers(t)
+	chAddr, signal := privateClickHouse(t)
+	e := newITEnv(t, brokers, chAddr, 2)
+	cfg := e.config(t)
+	cfg.ClickHouse.QueryTimeout = 2 * time.Second
+	cfg.ClickHouse.DialTimeout = time.Second
+	cfg.ClickHouse.MaxRetries = 0 // the runner retries; its readiness is what is checked
+	svc := startService(t, "ncclwatch", cfg)
+
+	phases := [][]string{
+		{"083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log", "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log"},
+		{"107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log", "063_roce_gdr_disabled_for_hca_gdr_level_sys.log"},
+		{"082_efa_aws_libfabric_gdrdma_p4d_eks_2node_16rank_channels.log"},
+	}
+	wantRows := map[string]verdictRow{}
+	var produced [3]int64
+	replayPhase := func(i int) {
+		for _, f := range phases[i] {
+			job := "down-" + f[:3]
+			wantRows[job] = want(t, corpus+f)
+			produced[i] += e.replayFile(t, job, corpus+f)
+		}
+	}
+
+	replayPhase(0)
+	e.waitVerdicts(t, wantRows, svc.dump)
+	commits0 := metric(t, svc.addr, "ncclwatch_offset_commits_total")
+
+	signal(syscall.SIGSTOP)
+	paused := true
+	defer func() {
+		if paused {
+			signal(syscall.SIGCONT)
+		}
+	}()
+	replayPhase(1)
+	eventually(t, "/readyz 503 while ClickHouse is paused", func() string {
+		if code := readyz(svc.addr); code != http.StatusServiceUnavailable {
+			return fmt.Sprintf("/readyz = %d", code)
+		}
+		return ""
+	}, svc.dump)
+	offs1 := committed(t, e)
+	commits1 := metric(t, svc.addr, "ncclwatch_offset_commits_total")
+	time.Sleep(3 * time.Second) // several failed inserts and retries
+	offs2 := committed(t, e)
+	commits2 := metric(t, svc.addr, "ncclwatch_offset_commits_total")
+	if commits2 != commits1 {
+		t.Errorf("offset commits went from %v to %v while ClickHouse was paused", commits1, commits2)
+	}
+	if sum(offs2) != sum(offs1) || sum(offs2) > produced[0] {
+		t.Errorf("committed offsets while paused: %v then %v; want unchanged and at most the %d records stored before the pause",
+			offs1, offs2, produced[0])
+	}
+	if code := readyz(svc.addr); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d while ClickHouse is paused; want 503", code)
+	}
+	if n := metric(t, svc.addr, "ncclwatch_insert_errors_total"); n == 0 {
+		t.Errorf("ncclwatch_insert_errors_total = 0 while ClickHouse is paused")
+	}
+	t.Logf("paused: commits %v (before the pause %v), committed offsets %v, /readyz 503", commits2, commits0, offs2)
+
+	signal(syscall.SIGCONT)
+	paused = false
+	replayPhase(2)
+	e.waitVerdicts(t, wantRows, svc.dump)
+	var lines uint64
+	for _, w := range wantRows {
+		lines += w.Version
+	}
+	eventually(t, "everything stored and committed after the resume", func() string {
+		n, err := e.count("SELECT count() FROM {db}.nccl_events FINAL")
+		if err != nil || n != lines {
+			return fmt.Sprintf("nccl_events FINAL rows = %d, %v; want %d", n, err, lines)
+		}
+		if code := readyz(svc.addr); code != http.StatusOK {
+			return fmt.Sprintf("/readyz = %d", code)
+		}
+		return ""
+	}, svc.dump)
+	all := produced[0] + produced[1] + produced[2]
+	if offs := committed(t, e); sum(offs) != all {
+		t.Errorf("committed offsets after the resume = %v (sum %d); want every record (%d)", offs, sum(offs), all)
+	}
+}
+
+// TestIntegrationPoisonRecords mixes invalid JSON and oversized records
+// with valid Fluent Bit records on one partition and checks that the bad
+// ones are dead letters with reasons, counted in the metric, and that the
+// valid jobs after them are stored.
+func TestIntegrationPoisonRecords(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	e := newITEnv(t, brokers, chAddr, 1)
+	cfg := e.config(t)
+	cfg.Pipeline.MaxRecordBytes = 2048
+	cfg.Decoder.MaxLineBytes = 512
+
+	now := time.Now()
+	var msgs []kafka.ProducerMessage
+	add := func(v []byte) int64 {
+		msgs = append(msgs, kafka.ProducerMessage{Key: []byte("poison"), Value: v})
+		return int64(len(msgs) - 1)
+	}
+	addFile := func(job, name string) {
+		b, err := os.ReadFile(corpus + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0", Node: "node-" + job, Container: "trainer"}
+		for i, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			add(fluentBitJSON(nil, []byte(l), now.Add(time.Duration(i)*time.Microsecond), m))
+		}
+	}
+	wantRows := map[string]verdictRow{
+		"poison-083": want(t, corpus+"083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log"),
+		"poison-022": want(t, corpus+"022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log"),
+	}
+	addFile("poison-083", "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log")
+	// Each bad record holds an NCCL token: the prefilter passes only those
+	// to the decoder (records without one are skipped undecoded).
+	bad := map[int64]string{
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO Using network IB\n","stream":"stdout","time":}`)):                    "malformed",
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO bad escape \q","time":"2026-11-29T12:00:00Z"}`)):                     "malformed",
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO unterminated,"kubernetes":{"pod_name":"x"}}`)):                       "malformed",
+		add([]byte(`{NCCL INFO not json at all}`)):                                                                   "malformed",
+		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("x", 4000)), now, replayMeta{Job: "x"})): "oversized",
+		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("y", 900)), now, replayMeta{Job: "x"})):  "oversized",
+	}
+	addFile("poison-022", "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log")
+
+	pcfg := kafka.DefaultProducerConfig()
+	pcfg.Brokers, pcfg.Topic = e.brokers, e.topic
+	prod, err := kafka.NewProducer(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), itWait)
+	defer cancel()
+	if err := prod.Produce(ctx, msgs); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	prod.Close()
+
+	svc := startService(t, "ncclwatch", cfg)
+	e.waitVerdicts(t, wantRows, svc.dump)
+
+	got := map[int64]string{}
+	eventually(t, "dead_letters holds the bad records", func() string {
+		clear(got)
+		qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer qcancel()
+		err := e.query(qctx, "SELECT `offset`, reason, length(raw) FROM "+e.db+".dead_letters FINAL ORDER BY `offset`",
+			func(scan func(...any) error) error {
+				var off int64
+				var reason string
+				var n uint64
+				if err := scan(&off, &reason, &n); err != nil {
+					return err
+				}
+				if n == 0 {
+					return fmt.Errorf("dead letter at %d has no raw bytes", off)
+				}
+				got[off] = reason
+				return nil
+			})
+		if err != nil {
+			return err.Error()
+		}
+		if len(got) != len(bad) {
+			return fmt.Sprintf("dead letters %v; want offsets %v", got, bad)
+		}
+		return ""
+	}, svc.dump)
+	counts := map[string]float64{}
+	for off, reason := range bad {
+		counts[reason]++
+		if !strings.HasPrefix(got[off], reason+": ") {
+			t.Errorf("dead letter at offset %d: reason %q; want %q…", off, got[off], reason+": ")
+		}
+	}
+	for reason, n := range counts {
+		sample := `ncclwatch_dead_letters_total{reason="` + reason + `"}`
+		if v := metric(t, svc.addr, sample); v != n {
+			t.Errorf("%s = %v; want %v", sample, v, n)
+		}
+	}
+}
+
+// TestIntegrationRebalance starts a second service in the group half-way
+// through the stream; partitions move while jobs are half-assembled. The
+// stored verdicts and versions must equal the single-consumer expectation.
+func TestIntegrationRebalance(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	const partitions = 4
+	e := newITEnv(t, brokers, chAddr, partitions)
+	files := []string{
+		"083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log",
+		"107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log",
+		"045_nvls_single_node_h800_nccl2.18.3_part2_connect_complete.log",
+		"082_efa_aws_libfabric_gdrdma_p4d_eks_2node_16rank_channels.log",
+		"022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log",
+		"069_nccl2.27.5_ofi_plugin_rejected_fallback_internal_ib_roce_part2.log",
+		"080_efa_ofi_libfabric_no_gdr_g7e_2node_nccl2.29.2.log",
+		"054_silent_socket_fallback_slurm_ib_cluster_torchrun.log",
+	}
+	dir := t.TempDir()
+	type half struct{ job, first, second string }
+	var halves []half
+	wantRows, firstRows := map[string]verdictRow{}, map[string]verdictRow{}
+	spread := map[uint32]bool{}
+	for _, f := range files {
+		job := "rebalance-" + f[:3]
+		// The producer's balancer is CRC32 of the key, as librdkafka's.
+		spread[crc32.ChecksumIEEE([]byte(job))%partitions] = true
+		b, err := os.ReadFile(corpus + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitAfter(string(b), "\n")
+		h := half{job: job, first: filepath.Join(dir, job+".1"), second: filepath.Join(dir, job+".2")}
+		if err := os.WriteFile(h.first, []byte(strings.Join(lines[:len(lines)/2], "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(h.second, []byte(strings.Join(lines[len(lines)/2:], "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		halves = append(halves, h)
+		wantRows[job] = want(t, corpus+f)
+		if w := want(t, h.first); w.Version > 0 {
+			firstRows[job] = w
+		}
+	}
+	if len(spread) < 3 {
+		t.Fatalf("jobs land on %d of %d partitions; rename them so that both members get work", len(spread), partitions)
+	}
+
+	a := startService(t, "member-a", e.config(t))
+	for _, h := range halves {
+		e.replayFile(t, h.job, h.first)
+	}
+	// Wait until the first halves are stored, so that the member that
+	// takes partitions over must rebuild their jobs from storage.
+	eventually(t, "first halves stored", func() string {
+		got, err := e.verdicts()
+		if err != nil {
+			return err.Error()
+		}
+		var d []string
+		for job, w := range firstRows {
+			if got[job].Version != w.Version {
+				d = append(d, fmt.Sprintf("%s: version %d; want %d", job, got[job].Version, w.Version))
+			}
+		}
+		return strings.Join(d, "\n")
+	}, a.dump)
+	recordsA := metric(t, a.addr, "ncclwatch_records_total")
+
+	b := startService(t, "member-b", e.config(t))
+	dump := func() string { return a.dump() + "\n" + b.dump() }
+	eventually(t, "both members assigned after the rebalance", func() string {
+		ra, rb := readyz(a.addr), readyz(b.addr)
+		if ra != http.StatusOK || rb != http.StatusOK || metric(t, b.addr, "ncclwatch_state_rebuilds_total") == 0 {
+			return fmt.Sprintf("/readyz a=%d b=%d", ra, rb)
+		}
+		return ""
+	}, dump)
+	for _, h := range halves {
+		e.replayFile(t, h.job, h.second)
+	}
+	e.waitVerdicts(t, wantRows, dump)
+
+	var lines uint64
+	for _, w := range wantRows {
+		lines += w.Version
+	}
+	if n, err := e.count("SELECT count() FROM {db}.nccl_events FINAL"); err != nil || n != lines {
+		t.Errorf("nccl_events FINAL rows = %d, %v; want %d", n, err, lines)
+	}
+	ra, rb := metric(t, a.addr, "ncclwatch_records_total"), metric(t, b.addr, "ncclwatch_records_total")
+	if ra <= recordsA || rb == 0 {
+		t.Errorf("records after the rebalance: member a %v (had %v before), member b %v; want both to consume", ra, recordsA, rb)
+	}
+	if n := metric(t, b.addr, "ncclwatch_state_rebuilt_events_total"); n == 0 {
+		t.Errorf("member b rebuilt no stored events after taking partitions over\n%s", b.dump())
+	}
+}
+
+// TestIntegrationRestartAfterPartialBatch stores a job's events the way a
+// process does that dies after the nccl_events insert of a batch and before
+// its job_summaries insert (inserts are per table, offsets uncommitted),
+// then restarts the runner on the same partition: the records are
+// delivered again and skipped as stored, and the job's summary must still
+// be written, from the state rebuilt out of storage.
+func TestIntegrationRestartAfterPartialBatch(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	e := newITEnv(t, brokers, chAddr, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), itWait)
+	defer cancel()
+	if _, err := e.ch.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate() = %v", err)
+	}
+	const name = "107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log"
+	const job = "partial-107"
+	wantRows := map[string]verdictRow{job: want(t, corpus+name)}
+	b, err := os.ReadFile(corpus + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var msgs []pipeline.Message
+	m := replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0", Container: "trainer"}
+	for i, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		msgs = append(msgs, pipeline.Message{Topic: e.topic, Partition: 0, Offset: int64(i), Key: []byte(job),
+			Value: fluentBitJSON(nil, []byte(l), now.Add(time.Duration(i)*time.Microsecond), m), Time: now})
+	}
+	life := func(sink pipeline.Consumer) {
+		t.Helper()
+		cfg := e.config(t).Pipeline
+		dcfg := parsers.DefaultDecoderConfig()
+		dcfg.Strict = true
+		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
+			Candidate: parsers.Candidate, Sink: sink, Loader: e.ch})
+		if err := r.Assigned(ctx, []pipeline.Partition{{Topic: e.topic, Partition: 0}}); err != nil {
+			t.Fatalf("Assigned: %v", err)
+		}
+		for _, msg := range msgs {
+			if err := r.Message(ctx, msg); err != nil {
+				t.Fatalf("Message: %v", err)
+			}
+		}
+		if err := r.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	// First life: only the events table gets the batch, then the process
+	// is gone (no summaries, no commit).
+	life(pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
+		return e.ch.Consume(ctx, &pipeline.Batch{Events: b.Events, Offsets: b.Offsets})
+	}))
+	if n, err := e.count("SELECT count() FROM {db}.job_summaries"); err != nil || n != 0 {
+		t.Fatalf("job_summaries after the first life = %d, %v; want 0", n, err)
+	}
+	// Second life: everything is delivered again from the uncommitted
+	// offset.
+	life(e.ch)
+	got, err := e.verdicts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffVerdicts(got, wantRows); d != "" {
+		t.Errorf("after a restart that found the events stored but not the summary:\n%s", d)
+	}
+}

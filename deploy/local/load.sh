@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Load benchmark of ncclwatch on the local Kafka broker and ClickHouse server.
+#
+#   deploy/local/load.sh [RECORDS...] [-- LOAD_FLAGS...]
+#
+# Starts the servers with deploy/local/kafka.sh and clickhouse.sh when they
+# are not running (and stops again only those it started), builds
+# ncclwatch, and runs `ncclwatch load --records N` once per RECORDS
+# (default: 1000000 3000000), printing each report. LOAD_FLAGS go to every
+# run, e.g. `-- --jobs 128 --partitions 16 --config tuned.yaml`; see
+# `ncclwatch load -h`. Every run uses a fresh topic and database (dropped at
+# the end of the run; the topic's data goes with `kafka.sh stop`).
+#
+# env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CLICKHOUSE_PORT (9000)
+#      CLICKHOUSE_HTTP_PORT (8123), as for the server scripts;
+#      NCCLWATCH_BIN (build one when unset); KEEP_SERVERS=1 leaves servers
+#      this script started running.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+export KAFKA_PORT="${KAFKA_PORT:-9092}"
+export KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
+export CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-9000}"
+export CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-8123}"
+KEEP_SERVERS="${KEEP_SERVERS:-}"
+
+log() { printf 'load.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+counts=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do
+  [[ "$1" =~ ^[0-9]+$ ]] || die "record count expected, got '$1' (usage: $0 [RECORDS...] [-- LOAD_FLAGS...])"
+  counts+=("$1")
+  shift
+done
+[[ "${1:-}" == "--" ]] && shift
+[[ ${#counts[@]} -gt 0 ]] || counts=(1000000 3000000)
+
+started=()
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+  local s
+  if [[ -z "$KEEP_SERVERS" ]]; then
+    for s in "${started[@]}"; do
+      "$HERE/$s.sh" stop || true
+    done
+  fi
+}
+trap cleanup EXIT
+
+for s in kafka clickhouse; do
+  if "$HERE/$s.sh" status >/dev/null 2>&1; then
+    log "$s already running"
+  else
+    "$HERE/$s.sh" start
+    started+=("$s")
+  fi
+done
+
+BIN="${NCCLWATCH_BIN:-}"
+if [[ -z "$BIN" ]]; then
+  BIN="${TMPDIR:-/tmp}/ncclwatch-load/ncclwatch"
+  mkdir -p "$(dirname "$BIN")"
+  log "building $BIN"
+  (cd "$ROOT" && go build -o "$BIN" ./cmd/ncclwatch)
+fi
+"$BIN" load -h >/dev/null 2>&1 || die "$BIN has no 'load' command (cmd/ncclwatch/main.go must dispatch \"load\" to runLoad)"
+
+log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+status=0
+for n in "${counts[@]}"; do
+  log "ncclwatch load --records $n $*"
+  if ! "$BIN" load --brokers "127.0.0.1:$KAFKA_PORT" --clickhouse "127.0.0.1:$CLICKHOUSE_PORT" --records "$n" "$@"; then
+    status=1
+  fi
+  echo
+done
+exit "$status"
