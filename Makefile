@@ -9,13 +9,16 @@ KAFKA_PORT ?= 19092
 KAFKA_CONTROLLER_PORT ?= 19093
 CLICKHOUSE_PORT ?= 19000
 CLICKHOUSE_HTTP_PORT ?= 18123
-export KAFKA_PORT KAFKA_CONTROLLER_PORT CLICKHOUSE_PORT CLICKHOUSE_HTTP_PORT
+# Alertmanager's test config notifies ALERTMANAGER_PORT+1, which must be free too.
+ALERTMANAGER_PORT ?= 19094
+export KAFKA_PORT KAFKA_CONTROLLER_PORT CLICKHOUSE_PORT CLICKHOUSE_HTTP_PORT ALERTMANAGER_PORT
 
 # Integration tests find the servers through these.
 export NCCLWATCH_TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 export NCCLWATCH_TEST_CLICKHOUSE ?= 127.0.0.1:$(CLICKHOUSE_PORT)
+export NCCLWATCH_TEST_ALERTMANAGER ?= 127.0.0.1:$(ALERTMANAGER_PORT)
 
-.PHONY: all build test unit vet fuzz services-start services-stop bench demo
+.PHONY: all build test unit vet fuzz promtool services-start services-stop bench demo
 
 all: build
 
@@ -28,26 +31,35 @@ vet:
 
 # unit runs the tests that need no server.
 unit: vet
-	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= $(GO) test -race -count=1 ./...
+	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= $(GO) test -race -count=1 ./...
 
 fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzStripPrefix$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+	$(GO) test ./rules/ -run '^$$' -fuzz '^FuzzRulesParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+
+# promtool: deploy/prometheus rules through Debian's promtool (check and
+# unit tests) and amtool check-config; installs the packages when missing.
+promtool:
+	deploy/local/promtool.sh check
 
 services-start:
 	deploy/local/kafka.sh start
 	deploy/local/clickhouse.sh start
+	deploy/local/alertmanager.sh start
 
 services-stop:
 	-deploy/local/kafka.sh stop
 	-deploy/local/clickhouse.sh stop
+	-deploy/local/alertmanager.sh stop
 
 # test: the whole suite against real servers; the servers are stopped
 # whatever the outcome.
 test: vet
 	@$(MAKE) --no-print-directory services-start
 	@status=0; \
+	$(MAKE) --no-print-directory promtool || status=$$?; \
 	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \

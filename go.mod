@@ -4,6 +4,8 @@ go 1.26.0
 
 require github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 
+require github.com/expr-lang/expr v1.17.8
+
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect

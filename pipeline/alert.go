@@ -2,19 +2,33 @@ package pipeline
 
 import "time"
 
-// Alert is one state change of an alert rule for one job, as the rules
-// engine reports it and the alerts table stores it.
+// Alert states, in the order an alert goes through them. A rule's state
+// for one subject (a job, or a node pool for fleet rules) goes inactive →
+// pending → firing → resolved; a pending alert whose condition stops
+// holding before its `for` elapsed goes back to inactive.
+const (
+	AlertPending  = "pending"
+	AlertFiring   = "firing"
+	AlertResolved = "resolved"
+	AlertInactive = "inactive"
+)
+
+// Alert is one state change of an alert rule for one subject, as the rules
+// engine reports it, the notifiers send it and the alerts table stores it.
+// Its JSON form is an element of the `alerts` array of
+// `ncclwatch scan --rules … --json`.
 type Alert struct {
-	Rule        string
-	Severity    string
-	Job         string
-	Namespace   string
-	Cluster     string
-	State       string // pending, firing or resolved
-	Labels      map[string]string
-	Annotations map[string]string
-	ActiveAt    time.Time // when the condition started to hold
-	FiredAt     time.Time // zero while pending
-	ResolvedAt  time.Time // zero until resolved
-	EvalTime    time.Time // the evaluation that produced this state
+	Rule        string            `json:"alert"`
+	Severity    string            `json:"severity"`
+	Job         string            `json:"job,omitempty"`
+	Namespace   string            `json:"namespace,omitempty"`
+	Cluster     string            `json:"cluster,omitempty"`
+	Pool        string            `json:"pool,omitempty"` // fleet rules: the node pool; Job is then empty
+	State       string            `json:"state"`          // pending, firing, resolved or inactive
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	ActiveAt    time.Time         `json:"active_at,omitzero"`   // when the condition started to hold
+	FiredAt     time.Time         `json:"fired_at,omitzero"`    // zero while pending
+	ResolvedAt  time.Time         `json:"resolved_at,omitzero"` // zero until resolved
+	EvalTime    time.Time         `json:"eval_time,omitzero"`   // the evaluation that produced this state
 }

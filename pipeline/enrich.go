@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,6 +143,19 @@ func (inv *Inventory) Node(name string) (NodeFacts, bool) {
 	defer inv.mu.RUnlock()
 	f, ok := inv.nodes[name]
 	return f, ok
+}
+
+// All returns every node's facts, sorted by name (the fleet rules
+// enumerate node pools with it).
+func (inv *Inventory) All() []NodeFacts {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	out := make([]NodeFacts, 0, len(inv.nodes))
+	for _, f := range inv.nodes {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
 
 // Len returns the number of nodes known.

@@ -146,7 +146,20 @@ type RunnerDeps struct {
 	// OnFlush, if set, sees every stored job summary (the demo prints
 	// them; the rules engine evaluates them).
 	OnFlush func(jobs []JobSummary)
-	Now     func() time.Time
+	// OnJob, if set, sees each job's summaries and the Kubernetes nodes
+	// its records came from as a batch is built, before the sink stores
+	// it (the rules engine observes them; the alerts they cause go into
+	// the same batch).
+	OnJob func(sum JobSummary, comms []CommSummary, nodes []string)
+	// OnEvict, if set, is told the key (JobKey) of each job evicted after
+	// its final summary was stored.
+	OnEvict func(job string)
+	// OnActivity, if set, is told that a job's pod logged (NCCL or not):
+	// the absence rules' evidence. Records without an NCCL candidate are
+	// decoded for it at most once per Kafka key (the job) every
+	// activitySample.
+	OnActivity func(meta Meta, t time.Time)
+	Now        func() time.Time
 }
 
 type partKey struct {
@@ -179,6 +192,7 @@ type Runner struct {
 	line     int32
 	last     time.Time // last flush
 	draining bool
+	sampled  map[string]time.Time // Kafka key → last activity sample
 	// ready is read without mu: flush holds mu for as long as the sink
 	// refuses a batch, and /readyz must answer 503 meanwhile, not hang.
 	ready atomic.Bool
@@ -249,7 +263,11 @@ func (r *Runner) Message(ctx context.Context, m Message) error {
 		}
 	case len(m.Value) > r.cfg.MaxRecordBytes:
 		r.deadLetter(&m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
-	case r.deps.Candidate(m.Value):
+	case !r.deps.Candidate(m.Value):
+		if r.deps.OnActivity != nil {
+			r.activity(&m)
+		}
+	default:
 		r.cur, r.line = &m, 0
 		err := r.deps.Decoder.Decode(m.Value, r.emit)
 		r.deps.Decoder.Flush(r.emit)
@@ -267,6 +285,47 @@ func (r *Runner) Message(ctx context.Context, m Message) error {
 		return r.flush(ctx)
 	}
 	return nil
+}
+
+// activitySample is how often one job's non-NCCL records are decoded to
+// tell the rules its pods log: 10 s gives the absence rules (minutes) dozens
+// of samples per pod while decoding a negligible share of the stream.
+const activitySample = 10 * time.Second
+
+// maxSampled bounds the keys remembered for sampling; beyond it the memory
+// starts over (a burst of extra samples, never growth).
+const maxSampled = 100000
+
+// activity reports a sampled non-NCCL record of a job to OnActivity.
+func (r *Runner) activity(m *Message) {
+	now := r.deps.Now()
+	if r.sampled == nil {
+		r.sampled = map[string]time.Time{}
+	}
+	if t, ok := r.sampled[string(m.Key)]; ok && now.Sub(t) < activitySample {
+		return
+	}
+	if len(r.sampled) >= maxSampled {
+		clear(r.sampled)
+	}
+	r.sampled[string(m.Key)] = now
+	report := func(rec *Record) {
+		var meta Meta
+		if rec.Meta != nil {
+			meta = *rec.Meta
+		}
+		meta.Job = r.namer.Name(rec, m.Key)
+		if meta.Cluster == "" {
+			meta.Cluster = r.cfg.Cluster
+		}
+		t := rec.Time
+		if t.IsZero() {
+			t = m.Time
+		}
+		r.deps.OnActivity(meta, t)
+	}
+	_ = r.deps.Decoder.Decode(m.Value, report) // an undecodable record is not evidence
+	r.deps.Decoder.Flush(func(*Record) {})
 }
 
 // ErrOversized is the error a Decoder returns (wrapped or as is) for a
@@ -414,6 +473,9 @@ func (r *Runner) flush(ctx context.Context) error {
 		}
 		r.batch.Comms = append(r.batch.Comms, comms...)
 		r.batch.Jobs = append(r.batch.Jobs, sum)
+		if fn := r.deps.OnJob; fn != nil {
+			fn(sum, comms, r.asm.Nodes(j))
+		}
 	}
 	r.batch.Offsets = r.batch.Offsets[:0]
 	for k, next := range r.offsets {
@@ -476,6 +538,9 @@ func (r *Runner) flush(ctx context.Context) error {
 	}
 	for _, j := range evict {
 		r.asm.Evict(j)
+		if fn := r.deps.OnEvict; fn != nil {
+			fn(j)
+		}
 		delete(r.touched, j)
 		if mt := r.deps.Metrics; mt != nil {
 			mt.Evictions.Inc()

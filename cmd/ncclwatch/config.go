@@ -12,6 +12,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/rules"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
 
@@ -29,6 +30,7 @@ type serviceConfig struct {
 	Tracing    tracingConfig          `yaml:"tracing"`
 	Decoder    decoderSettings        `yaml:"decoder"`
 	Expect     pipeline.Expectation   `yaml:"expect"`
+	Rules      rules.ServiceConfig    `yaml:"rules"`
 	Extra      map[string]yaml.Node   `yaml:",inline"`
 }
 
@@ -62,6 +64,7 @@ func defaultServiceConfig() serviceConfig {
 		HTTP:       httpConfig{Listen: ":9464"},
 		Log:        logConfig{Level: "info"},
 		Decoder:    decoderSettings{MaxLineBytes: 64 << 10},
+		Rules:      rules.DefaultServiceConfig(),
 	}
 	c.Kafka.GroupID = "ncclwatch"
 	c.Kafka.Topics = []string{"training-logs"}
@@ -136,7 +139,7 @@ func (c *serviceConfig) sasl() *kafka.SASLConfig {
 
 // validate checks every component's configuration once at start.
 func (c *serviceConfig) validate() error {
-	errs := []error{c.Kafka.Validate(), c.ClickHouse.Validate(), c.Pipeline.Validate()}
+	errs := []error{c.Kafka.Validate(), c.ClickHouse.Validate(), c.Pipeline.Validate(), c.Rules.Validate()}
 	if c.Decoder.MaxLineBytes <= 0 {
 		errs = append(errs, errors.New("decoder.max_line_bytes: must be > 0"))
 	}

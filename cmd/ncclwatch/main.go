@@ -19,6 +19,7 @@ commands:
   scan     classify NCCL logs from files or stdin and print the verdict
   run      the service: Kafka → classify → ClickHouse, with /metrics
   migrate  apply the ClickHouse schema migrations
+  rules    check rule files and run rule scenarios (rules check|test FILE...)
   replay   produce log files into Kafka as Fluent Bit records
   gen      write a seeded synthetic training log for benchmarks
   load     load benchmark: produce a mixed stream, consume it, report records/s, latency and RSS
@@ -48,6 +49,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runService(args[1:], stderr)
 	case "migrate":
 		return runMigrate(args[1:], stdout, stderr)
+	case "rules":
+		return runRules(args[1:], stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "load":

@@ -27,6 +27,7 @@ import (
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/rules"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
 
@@ -207,6 +208,24 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		log.Info().Int("nodes", inv.Len()).Str("file", cfg.Inventory).Msg("inventory loaded")
 	}
 
+	// The rules tap goes in front of the sink: alert changes are stored in
+	// the batch whose summaries caused them, then notified.
+	var stage *rules.Stage
+	if len(cfg.Rules.Files) > 0 {
+		var fleet rules.Fleet
+		if inv != nil {
+			fleet = inv
+		}
+		stage, err = rules.Setup(cfg.Rules, sink, rules.SetupDeps{Fleet: fleet, Metrics: rules.NewMetrics(reg),
+			Logger: log.With().Str("component", "rules").Logger()})
+		if err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+		sink = stage
+		log.Info().Strs("files", cfg.Rules.Files).Int("rules", len(stage.Engine().Rules())).
+			Int("alertmanagers", len(cfg.Rules.Alertmanagers)).Int("webhooks", len(cfg.Rules.Webhooks)).Msg("alert rules loaded")
+	}
+
 	src, err := kafka.NewSource(cfg.Kafka)
 	if err != nil {
 		return err
@@ -216,11 +235,19 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = cfg.Decoder.MaxLineBytes
 	dcfg.Strict = true
-	runner := pipeline.NewRunner(cfg.Pipeline, pipeline.RunnerDeps{
+	deps := pipeline.RunnerDeps{
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
 		Sink: sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer, OnFlush: hooks.onFlush,
-	})
+	}
+	if stage != nil {
+		eng := stage.Engine()
+		deps.OnJob, deps.OnEvict = eng.Observe, eng.Forget
+		deps.OnActivity = func(m pipeline.Meta, t time.Time) {
+			eng.ObserveActivity(rules.Activity{Cluster: m.Cluster, Namespace: m.Namespace, Job: m.Job, Node: m.Node, Pod: m.Pod, Time: t})
+		}
+	}
+	runner := pipeline.NewRunner(cfg.Pipeline, deps)
 	state := &serviceState{runner: runner, source: src, delivered: &atomic.Int64{}}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -256,6 +283,9 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		return err
 	})
 	g.go_(func() error { return runner.Run(ctx) })
+	if stage != nil {
+		g.go_(func() error { return stage.Run(ctx) })
+	}
 	g.go_(func() error {
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/rules"
 )
 
 // scanJob is the job name scan gives its whole input.
@@ -25,6 +26,8 @@ type scanResult struct {
 	Communicators []pipeline.CommSummary `json:"communicators"`
 	Summary       pipeline.JobSummary    `json:"summary"`
 	Input         scanInput              `json:"input"`
+	// Alerts are the alerts `--rules` would fire; absent without --rules.
+	Alerts []pipeline.Alert `json:"alerts,omitzero"`
 }
 
 type scanInput struct {
@@ -112,6 +115,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxLine := fs.Int("max-line-bytes", 64<<10, "skip and count lines longer than this")
 	inventory := fs.String("inventory", "", "node inventory (YAML or CSV): the expectation of the nodes the input's records name")
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
+	rulesSpec := fs.String("rules", "", "evaluate alert rules: a rule file, several comma-separated, or builtin")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
@@ -150,6 +154,14 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		defer pprof.StopCPUProfile()
+	}
+	var ruleSet *rules.RuleSet
+	if *rulesSpec != "" {
+		var err error
+		if ruleSet, err = loadScanRules(*rulesSpec); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan: --rules:", err)
+			return exitUsage
+		}
 	}
 	s := newScanner(expect, *maxLine)
 	if !*quiet && isTerminal(os.Stderr) {
@@ -194,6 +206,13 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		asm.SetExpectation(scanJob, &e)
 	}
 	res := s.result()
+	if ruleSet != nil {
+		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan: rules:", err)
+		}
+		res.Alerts = alerts
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -203,8 +222,11 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	} else {
 		printTable(stdout, res)
+		if ruleSet != nil {
+			printAlerts(stdout, res.Alerts)
+		}
 	}
-	if res.Summary.Verdict.Finding() {
+	if res.Summary.Verdict.Finding() || len(res.Alerts) > 0 {
 		return exitFinding
 	}
 	return exitOK
