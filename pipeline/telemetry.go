@@ -1,14 +1,1068 @@
 package pipeline
 
-// TrainingStep is one training-progress line of a job (Megatron-LM,
-// torchtitan, Hugging Face, Lightning, DeepSpeed, generic JSON), as stored
-// in the training steps table. The telemetry issue fills it in.
-type TrainingStep struct {
-	Source Source
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Job telemetry: what trainers and nccl-tests print about speed, parsed
+// line by line (parsers.Telemetry fills a TelemetryLine), aggregated per job
+// by a TelemetryAssembler into stored rows (TrainingStep, NCCLTestRun) and
+// reports (TrainingReport, NCCLTestReport: the `training` and `nccl_tests`
+// arrays of `ncclwatch scan --json`).
+//
+// Numbers a line does not give are NaN in TelemetryLine and in the stored
+// rows (the ClickHouse sink writes NULL), and nil in the reports.
+
+// TelemetryKind says what a telemetry line reported.
+type TelemetryKind uint8
+
+// The kinds of telemetry line.
+const (
+	TelemetryNone TelemetryKind = iota
+	// TelemetryStep is one training progress line: a Megatron iteration,
+	// a torchtitan step, a Hugging Face loss dict, a Lightning progress
+	// bar update, a DeepSpeed throughput line, a Composer step header, a
+	// NeMo 2 step, a JSON progress line.
+	TelemetryStep
+	// TelemetryAmend adds figures to the series' latest step: lines that
+	// follow a step and belong to it (Megatron-DeepSpeed "Effective Tera
+	// Flops per GPU", the DeepSpeed flops profiler's "iter latency",
+	// Composer's "Train throughput/…" block lines).
+	TelemetryAmend
+	// TelemetrySummary is an end-of-training summary (Hugging Face
+	// train_runtime / train_samples_per_second): figures, not a step.
+	TelemetrySummary
+	// TelemetryTestCommand is a command line that runs an nccl-tests
+	// binary (Collective).
+	TelemetryTestCommand
+	// TelemetryTestStart is "# Collective test starting: all_reduce_perf".
+	TelemetryTestStart
+	// TelemetryTestVersion is "# nccl-tests version 2.18.2 …" (Version).
+	TelemetryTestVersion
+	// TelemetryTestParams is "# nThread 1 nGpus 1 minBytes 8 maxBytes …"
+	// (MinBytes, MaxBytes).
+	TelemetryTestParams
+	// TelemetryTestDevice is "#  Rank  0 Group  0 Pid 123 on host device
+	// 0 [0x0f] NVIDIA A100" (TestRank, Host, Dev, GPU).
+	TelemetryTestDevice
+	// TelemetryTestHeader is the table's column header (Format).
+	TelemetryTestHeader
+	// TelemetryTestRow is one row of the results table (Row).
+	TelemetryTestRow
+	// TelemetryTestAvg is "# Avg bus bandwidth    : 19.7866" (Avg).
+	TelemetryTestAvg
+	// TelemetryTestEnd is "# Collective test concluded: all_reduce_perf".
+	TelemetryTestEnd
+	// TelemetryNCCLComm is an NCCL communicator line (Host, NRanks): the
+	// ranks and hosts of an nccl-tests run that prints no device list.
+	TelemetryNCCLComm
+	// TelemetryNCCLNetwork is NCCL's "Using network X" (Name): a change
+	// of network starts a new segment of every training series of the job.
+	TelemetryNCCLNetwork
+)
+
+var telemetryKindNames = [...]string{
+	TelemetryNone: "none", TelemetryStep: "step", TelemetryAmend: "amend", TelemetrySummary: "summary",
+	TelemetryTestCommand: "test_command", TelemetryTestStart: "test_start", TelemetryTestVersion: "test_version",
+	TelemetryTestParams: "test_params", TelemetryTestDevice: "test_device", TelemetryTestHeader: "test_header",
+	TelemetryTestRow: "test_row", TelemetryTestAvg: "test_avg", TelemetryTestEnd: "test_end",
+	TelemetryNCCLComm: "nccl_comm", TelemetryNCCLNetwork: "nccl_network",
 }
 
-// NCCLTestRun is one nccl-tests result row (or summary) of a job, as stored
-// in the nccl-tests table. The telemetry issue fills it in.
+// String returns the kind's name.
+func (k TelemetryKind) String() string {
+	if int(k) < len(telemetryKindNames) {
+		return telemetryKindNames[k]
+	}
+	return "unknown"
+}
+
+// Trainer frameworks, as stored and reported.
+const (
+	FrameworkMegatron   = "megatron"   // Megatron-LM, Megatron-DeepSpeed
+	FrameworkTorchtitan = "torchtitan" // torchtitan
+	FrameworkHF         = "hf_trainer" // Hugging Face Trainer
+	FrameworkLightning  = "lightning"  // PyTorch Lightning (and NeMo 1) progress bars
+	FrameworkDeepSpeed  = "deepspeed"  // DeepSpeed throughput timer, flops profiler
+	FrameworkNeMo       = "nemo"       // NeMo 2 step lines
+	FrameworkComposer   = "composer"   // MosaicML Composer console logger
+	FrameworkJSON       = "json"       // generic JSON progress lines
+	FrameworkNanoGPT    = "nanogpt"    // nanoGPT "iter N: loss …, time …ms, mfu …%"
+	FrameworkMaxText    = "maxtext"    // MaxText "completed step: N, seconds: …"
+)
+
+// NCCLTestResult is one half (out-of-place or in-place) of an nccl-tests
+// row. Wrong is the #wrong (or, before 2.10, error) column; NaN where the
+// test printed N/A or the column is absent.
+type NCCLTestResult struct {
+	TimeUS float64 // microseconds
+	AlgBW  float64 // GB/s, as printed
+	BusBW  float64 // GB/s, as printed
+	Wrong  float64
+}
+
+// NCCLTestRow is one row of an nccl-tests results table. Type and Redop
+// alias the parsed line.
+type NCCLTestRow struct {
+	Bytes int64
+	Count int64
+	Type  []byte
+	Redop []byte // nil in the oldest layout, which has no redop column
+	Root  int    // -1 where the layout has no root column (and for rootless collectives)
+	OOP   NCCLTestResult
+	IP    NCCLTestResult // all NaN when the row has only out-of-place columns
+}
+
+// TelemetryLine is one parsed telemetry line. Byte-slice fields alias the
+// parsed line (or the parser's buffer) and are valid only until the
+// parser's next call; float fields are NaN and integer fields -1 where the
+// line does not give them.
+type TelemetryLine struct {
+	Kind      TelemetryKind
+	Framework string // one of the Framework constants, for step, amend and summary lines
+	Rank      int    // the launcher prefix's rank, or -1
+
+	// Training figures.
+	Step        int64   // step or iteration number
+	StepTime    float64 // seconds, converted from the unit printed
+	TokensPerS  float64 // as printed (torchtitan tps and Megatron tgs are per GPU)
+	SamplesPerS float64
+	ItPerS      float64 // progress-bar rate (Lightning); s/it is inverted
+	TFLOPs      float64 // per GPU, as printed
+	MFU         float64 // percent
+	Loss        float64
+	Runtime     float64 // seconds of training (summary lines)
+
+	// nccl-tests figures.
+	Collective []byte // binary name, e.g. "all_reduce_perf"
+	Version    []byte // nccl-tests version
+	MinBytes   int64  // header minBytes
+	MaxBytes   int64  // header maxBytes
+	TestRank   int    // device line rank
+	Dev        int    // device line CUDA device
+	Host       []byte // device line host, NCCL line host
+	GPU        []byte // device line GPU name
+	Format     string // table layout, for header and row lines (see parsers)
+	Row        NCCLTestRow
+	Avg        float64 // GB/s
+	NRanks     int     // NCCL comm line nranks
+	Name       []byte  // NCCL network name
+}
+
+// Reset clears l for reuse.
+func (l *TelemetryLine) Reset() {
+	nan := math.NaN()
+	*l = TelemetryLine{Rank: -1, Step: -1, StepTime: nan, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan,
+		TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan, MinBytes: -1, MaxBytes: -1, TestRank: -1, Dev: -1,
+		Avg: nan, NRanks: -1,
+		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
+			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
+}
+
+// TrainingStep is one training-progress line of a job (Megatron-LM,
+// torchtitan, Hugging Face, Lightning, DeepSpeed, NeMo, Composer, generic
+// JSON), as stored in the training_steps table. Float fields are NaN where
+// the line does not give them (stored as NULL).
+type TrainingStep struct {
+	Source    Source
+	Time      time.Time
+	Job       string
+	Namespace string
+	Cluster   string
+	Pod       string
+	Node      string
+	Pool      string // node pool: pool label, else the inventory's pool of Node
+	Model     string // model label
+	Framework string
+	Kind      string // "step", "amend" (figures for Step, printed on a later line) or "summary"
+	Rank      int    // launcher rank, -1 when absent
+	Step      int64  // -1 when the line gives none (an amend row carries its step's number)
+	// Network is the NCCL network the job used when the line was seen
+	// (the latest "Using network" of the job), "" before any.
+	Network      string
+	NetworkClass string
+	StepTime     float64 // seconds
+	TokensPerS   float64
+	SamplesPerS  float64
+	ItPerS       float64
+	TFLOPs       float64
+	MFU          float64 // percent
+	Loss         float64
+}
+
+// NCCLTestRun is one nccl-tests result of a job, as stored in the
+// nccl_test_results table: a table row (Kind "row") or the run's average
+// (Kind "avg"), each with what was known of its run when it was seen.
 type NCCLTestRun struct {
-	Source Source
+	Source    Source
+	Time      time.Time
+	Job       string
+	Namespace string
+	Cluster   string
+	Pod       string
+	Node      string
+	Pool      string
+	Canary    bool // the job carries the canary label
+	// RunID identifies the run within the job: the source coordinates of
+	// its first line ("topic/partition/offset/line").
+	RunID string
+	// Context says how much of the run's header was seen (bit 1: params or
+	// table header, 2: device list, 4: collective name). Storage keeps the
+	// row with the most context for a coordinate, so a replay that starts
+	// in the middle of a table never hides the richer first insert.
+	Context    uint8
+	Kind       string // "row" or "avg"
+	Collective string // "" when the log does not name it
+	Version    string // nccl-tests version
+	NRanks     int    // -1 when unknown
+	Hosts      []string
+	GPU        string
+	Bytes      int64 // row: message size; avg: -1
+	Count      int64
+	Type       string
+	Redop      string
+	Root       int
+	OOP        NCCLTestResult
+	IP         NCCLTestResult
+	AvgBusBW   float64 // avg rows
+}
+
+// NCCLTestReport is one nccl-tests run found in a log: an element of the
+// `nccl_tests` array of `ncclwatch scan --json`. Bandwidths are GB/s as
+// printed; fields are null where the log does not say.
+type NCCLTestReport struct {
+	Collective      *string  `json:"collective"`
+	NRanks          *int     `json:"nranks"`
+	Hosts           *int     `json:"hosts"`
+	Rows            int      `json:"rows"`
+	MinBytes        *int64   `json:"min_bytes"`
+	MaxBytes        *int64   `json:"max_bytes"`
+	AvgBusBW        *float64 `json:"avg_busbw"`
+	MaxSizeBusBWOOP *float64 `json:"max_size_busbw_oop"`
+	MaxSizeBusBWIP  *float64 `json:"max_size_busbw_ip"`
+	HostNames       []string `json:"host_names"`
+	GPU             *string  `json:"gpu"`
+	Version         *string  `json:"nccl_tests_version"`
+	HeaderMinBytes  *int64   `json:"header_min_bytes"`
+	HeaderMaxBytes  *int64   `json:"header_max_bytes"`
+	Format          *string  `json:"table_format"`
+	Wrong           float64  `json:"wrong"` // sum of the #wrong columns (0 when none printed a number)
+}
+
+// TrainingReport is one training series found in a log (one per job and
+// framework): an element of the `training` array of `ncclwatch scan
+// --json`. Fields are null where the log does not say.
+type TrainingReport struct {
+	Framework        string   `json:"framework"`
+	Steps            int      `json:"steps"`          // step lines (every rank's copy counts)
+	DistinctSteps    int      `json:"distinct_steps"` // step numbers beyond every earlier one
+	FirstStep        *int64   `json:"first_step"`
+	LastStep         *int64   `json:"last_step"`
+	FirstStepTime    *float64 `json:"first_step_time_s"`
+	LastStepTime     *float64 `json:"last_step_time_s"`
+	MedianStepTime   *float64 `json:"median_step_time_s"`
+	TokensPerSLast   *float64 `json:"tokens_per_s_last"`
+	SamplesPerSLast  *float64 `json:"samples_per_s_last"`
+	MFULast          *float64 `json:"mfu_last"`
+	TFLOPsLast       *float64 `json:"tflops_last"`
+	ItPerSFirst      *float64 `json:"it_per_s_first"`
+	ItPerSLast       *float64 `json:"it_per_s_last"`
+	TrainRuntime     *float64 `json:"train_runtime_s"`
+	Network          *string  `json:"network"`
+	NetworkClass     *string  `json:"network_class"`
+	PreviousNetwork  *string  `json:"previous_network"`
+	PreviousMedian   *float64 `json:"previous_median_step_time_s"`
+	SegmentMedian    *float64 `json:"segment_median_step_time_s"`
+	SegmentSteps     int      `json:"segment_steps"`        // timed steps since the latest network change
+	StepTimeRegress  *float64 `json:"step_time_regression"` // segment median / previous median
+	NetworkChangedAt *int64   `json:"network_changed_at_step"`
+}
+
+// TelemetryAssemblerConfig configures a TelemetryAssembler.
+type TelemetryAssemblerConfig struct {
+	// MaxJobs bounds the jobs held; beyond it the least recently updated
+	// tenth is dropped. 10 000 jobs of a few KiB each is tens of MiB, far
+	// more jobs than a cluster runs at once.
+	MaxJobs int `yaml:"max_jobs"`
+	// MaxRunsPerJob bounds the nccl-tests runs reported per job; the
+	// oldest are dropped first. A canary runs one or two; `-d all -o all`
+	// sweeps print a few dozen.
+	MaxRunsPerJob int `yaml:"max_runs_per_job"`
+	// MaxHostsPerRun bounds the host names kept per run (and of NCCL lines
+	// per job). 1024 covers the largest published runs (64 nodes ×
+	// 8 GPUs print 64 names).
+	MaxHostsPerRun int `yaml:"max_hosts_per_run"`
+	// MedianSamples bounds the step times kept per series for the median:
+	// beyond it every second sample is dropped and the sampling stride
+	// doubles, so the median stays close on any length of run. 4096
+	// floats are 32 KiB.
+	MedianSamples int `yaml:"median_samples"`
+	// PoolLabels are the pod labels that name the node pool, in order;
+	// the inventory's pool of the pod's node comes after them.
+	PoolLabels []string `yaml:"pool_labels"`
+	// ModelLabels are the pod labels that name the model trained.
+	ModelLabels []string `yaml:"model_labels"`
+	// CanaryLabel marks a fabric canary's pods (value "true").
+	CanaryLabel string `yaml:"canary_label"`
+}
+
+// Labels of the fabric canary and of training pods (deploy/kubernetes/
+// canary/README.md).
+const (
+	LabelCanary = "ncclwatch.io/canary"
+	LabelPool   = "ncclwatch.io/pool"
+	LabelModel  = "ncclwatch.io/model"
+)
+
+// DefaultTelemetryAssemblerConfig returns the defaults documented on each
+// field.
+func DefaultTelemetryAssemblerConfig() TelemetryAssemblerConfig {
+	return TelemetryAssemblerConfig{
+		MaxJobs:        10000,
+		MaxRunsPerJob:  64,
+		MaxHostsPerRun: 1024,
+		MedianSamples:  4096,
+		PoolLabels:     []string{LabelPool},
+		ModelLabels:    []string{LabelModel},
+		CanaryLabel:    LabelCanary,
+	}
+}
+
+// Validate reports every invalid field, named by its configuration path.
+func (c TelemetryAssemblerConfig) Validate() error {
+	var errs []error
+	if c.MaxJobs <= 0 {
+		errs = append(errs, errors.New("telemetry.max_jobs: must be > 0"))
+	}
+	if c.MaxRunsPerJob <= 0 {
+		errs = append(errs, errors.New("telemetry.max_runs_per_job: must be > 0"))
+	}
+	if c.MaxHostsPerRun <= 0 {
+		errs = append(errs, errors.New("telemetry.max_hosts_per_run: must be > 0"))
+	}
+	if c.MedianSamples < 2 {
+		errs = append(errs, errors.New("telemetry.median_samples: must be >= 2"))
+	}
+	return errors.Join(errs...)
+}
+
+// TelemetryAssembler aggregates parsed telemetry lines per job: it turns
+// them into stored rows and keeps, per job, the state the reports need —
+// training series (one per framework) and nccl-tests runs. Memory is
+// bounded by the config. It is not safe for concurrent use.
+type TelemetryAssembler struct {
+	cfg   TelemetryAssemblerConfig
+	inv   *Inventory
+	jobs  map[string]*telJob
+	clock uint64 // Add count: recency for eviction without reading the time
+}
+
+// NewTelemetryAssembler returns an assembler; cfg must be valid. inv, when
+// not nil, names the pool of a pod's node when no pool label does.
+func NewTelemetryAssembler(cfg TelemetryAssemblerConfig, inv *Inventory) *TelemetryAssembler {
+	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}}
+}
+
+type telJob struct {
+	touched   uint64
+	canary    bool   // a line came from a pod with the canary label
+	pool      string // the pool of the latest line that named one
+	series    []*series
+	runs      []*testRun // oldest first; the last may be open
+	dropped   int        // runs dropped by MaxRunsPerJob
+	ncclHosts []string
+	ncclRanks int
+	network   string
+}
+
+// series is one framework's training progress in a job.
+type series struct {
+	framework  string
+	steps      int
+	distinct   int
+	maxStep    int64
+	firstStep  int64
+	lastStep   int64
+	firstTime  float64
+	lastTime   float64
+	tokens     float64
+	samples    float64
+	mfu        float64
+	tflops     float64
+	itFirst    float64
+	itLast     float64
+	runtime    float64
+	all        sampler // every step time
+	seg        sampler // step times since the latest network change
+	segSteps   int
+	network    string // network when the segment began
+	prevNet    string
+	prevMedian float64
+	changedAt  int64
+}
+
+// testRun is one nccl-tests run of a job.
+type testRun struct {
+	id         string
+	collective string
+	version    string
+	gpu        string
+	format     string
+	hdrMin     int64
+	hdrMax     int64
+	ranks      int // highest device-line rank + 1
+	hosts      []string
+	header     bool // params or table header seen
+	devices    bool
+	rows       int
+	minBytes   int64
+	maxBytes   int64
+	maxOOP     float64
+	maxIP      float64
+	wrong      float64
+	avg        float64
+	closed     bool
+}
+
+// Len returns the number of jobs held.
+func (a *TelemetryAssembler) Len() int { return len(a.jobs) }
+
+// Evict drops a job's state (the runner calls it with the NCCL
+// assembler's evictions).
+func (a *TelemetryAssembler) Evict(job string) { delete(a.jobs, job) }
+
+// Jobs returns the keys of the jobs held, sorted.
+func (a *TelemetryAssembler) Jobs() []string {
+	out := make([]string, 0, len(a.jobs))
+	for k := range a.jobs {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Add folds one parsed line of job into its state. meta (may be nil) is
+// the envelope metadata of the line, t its event time and src its
+// coordinates. When out is not nil the rows the line yields are appended
+// to out.Steps or out.TestRuns and out.Bytes grows by their approximate
+// size; pass nil to rebuild state or to build reports only. tl is not kept.
+func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
+	if tl.Kind == TelemetryNone {
+		return
+	}
+	j := a.job(job)
+	if meta != nil {
+		m := a.rowMeta(meta)
+		j.canary = j.canary || m.canary
+		if m.pool != "" {
+			j.pool = m.pool
+		}
+	}
+	switch tl.Kind {
+	case TelemetryStep, TelemetryAmend, TelemetrySummary:
+		s := j.seriesOf(tl.Framework, tl.Kind != TelemetryAmend, a.cfg.MedianSamples)
+		if s == nil {
+			return // an amend line with no step to amend
+		}
+		s.add(tl)
+		if out != nil {
+			row := j.stepRow(a.rowMeta(meta), tl, s, t, src) // rows carry their own line's pod and node
+			out.Steps = append(out.Steps, row)
+			out.Bytes += 160 + len(row.Job) + len(row.Pod)
+		}
+	case TelemetryNCCLComm:
+		if tl.NRanks > j.ncclRanks {
+			j.ncclRanks = tl.NRanks
+		}
+		if len(tl.Host) > 0 {
+			j.ncclHosts = addHost(j.ncclHosts, tl.Host, a.cfg.MaxHostsPerRun)
+		}
+	case TelemetryNCCLNetwork:
+		j.setNetwork(string(tl.Name))
+	default:
+		j.test(tl, src, a.cfg)
+		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {
+			row := j.testRow(a.rowMeta(meta), tl, t, src)
+			out.TestRuns = append(out.TestRuns, row)
+			out.Bytes += 200 + len(row.Job) + len(row.Pod) + 16*len(row.Hosts)
+		}
+	}
+}
+
+func (a *TelemetryAssembler) job(key string) *telJob {
+	a.clock++
+	j := a.jobs[key]
+	if j == nil {
+		if len(a.jobs) >= a.cfg.MaxJobs {
+			a.evictOldest()
+		}
+		j = &telJob{}
+		a.jobs[key] = j
+	}
+	j.touched = a.clock
+	return j
+}
+
+// evictOldest drops the least recently updated tenth of the jobs: one sort
+// per MaxJobs/10 new jobs, never one per line.
+func (a *TelemetryAssembler) evictOldest() {
+	type kv struct {
+		key string
+		at  uint64
+	}
+	all := make([]kv, 0, len(a.jobs))
+	for k, j := range a.jobs {
+		all = append(all, kv{k, j.touched})
+	}
+	slices.SortFunc(all, func(x, y kv) int {
+		switch {
+		case x.at < y.at:
+			return -1
+		case x.at > y.at:
+			return 1
+		}
+		return 0
+	})
+	n := max(1, len(all)/10)
+	for _, e := range all[:n] {
+		delete(a.jobs, e.key)
+	}
+}
+
+// rowMeta is who logged a line, as its stored row says.
+type rowMeta struct {
+	Meta
+	pool, model string
+	canary      bool
+}
+
+func (a *TelemetryAssembler) rowMeta(m *Meta) rowMeta {
+	if m == nil {
+		return rowMeta{}
+	}
+	r := rowMeta{Meta: *m}
+	for _, l := range a.cfg.PoolLabels {
+		if v := m.Labels[l]; v != "" {
+			r.pool = v
+			break
+		}
+	}
+	if r.pool == "" && m.Node != "" {
+		if f, ok := a.inv.Node(m.Node); ok {
+			r.pool = f.Pool
+		}
+	}
+	for _, l := range a.cfg.ModelLabels {
+		if v := m.Labels[l]; v != "" {
+			r.model = v
+			break
+		}
+	}
+	r.canary = a.cfg.CanaryLabel != "" && m.Labels[a.cfg.CanaryLabel] == "true"
+	return r
+}
+
+// seriesOf returns the job's series of framework fw, creating it when
+// create is set.
+func (j *telJob) seriesOf(fw string, create bool, samples int) *series {
+	for _, s := range j.series {
+		if s.framework == fw {
+			if !create && s.steps == 0 {
+				return nil
+			}
+			return s
+		}
+	}
+	if !create {
+		return nil
+	}
+	nan := math.NaN()
+	s := &series{framework: fw, maxStep: math.MinInt64, firstStep: -1, lastStep: -1, firstTime: nan, lastTime: nan,
+		tokens: nan, samples: nan, mfu: nan, tflops: nan, itFirst: nan, itLast: nan, runtime: nan, prevMedian: nan,
+		changedAt: -1, network: j.network}
+	s.all.init(samples)
+	s.seg.init(samples)
+	j.series = append(j.series, s)
+	return s
+}
+
+func (s *series) add(tl *TelemetryLine) {
+	if tl.Kind == TelemetryStep {
+		s.steps++
+		if tl.Step >= 0 {
+			if s.firstStep < 0 {
+				s.firstStep = tl.Step
+			}
+			s.lastStep = tl.Step
+			if tl.Step > s.maxStep {
+				s.maxStep = tl.Step
+				s.distinct++
+			}
+		}
+	}
+	if !math.IsNaN(tl.StepTime) {
+		if math.IsNaN(s.firstTime) {
+			s.firstTime = tl.StepTime
+		}
+		s.lastTime = tl.StepTime
+		s.all.add(tl.StepTime)
+		s.seg.add(tl.StepTime)
+		s.segSteps++
+	}
+	setLast(&s.tokens, tl.TokensPerS)
+	setLast(&s.samples, tl.SamplesPerS)
+	setLast(&s.mfu, tl.MFU)
+	setLast(&s.tflops, tl.TFLOPs)
+	setLast(&s.runtime, tl.Runtime)
+	if !math.IsNaN(tl.ItPerS) {
+		if math.IsNaN(s.itFirst) {
+			s.itFirst = tl.ItPerS
+		}
+		s.itLast = tl.ItPerS
+	}
+}
+
+func setLast(dst *float64, v float64) {
+	if !math.IsNaN(v) {
+		*dst = v
+	}
+}
+
+// setNetwork records the job's NCCL network; a change closes the current
+// segment of every series, keeping its median for the regression rule.
+func (j *telJob) setNetwork(name string) {
+	if name == "" || name == j.network {
+		return
+	}
+	j.network = name
+	for _, s := range j.series {
+		if s.network == "" {
+			s.network = name // the first network seen: no change
+			continue
+		}
+		if s.network == name {
+			continue
+		}
+		if m := s.seg.median(); !math.IsNaN(m) {
+			s.prevMedian = m
+		}
+		s.prevNet, s.network = s.network, name
+		s.changedAt = s.lastStep
+		s.seg.reset()
+		s.segSteps = 0
+	}
+}
+
+func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, s *series, t time.Time, src Source) TrainingStep {
+	step := tl.Step
+	if tl.Kind == TelemetryAmend {
+		step = s.lastStep
+	}
+	r := TrainingStep{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
+		Pod: m.Pod, Node: m.Node, Pool: m.pool, Model: m.model, Framework: tl.Framework,
+		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Network: j.network,
+		StepTime: tl.StepTime, TokensPerS: tl.TokensPerS, SamplesPerS: tl.SamplesPerS, ItPerS: tl.ItPerS,
+		TFLOPs: tl.TFLOPs, MFU: tl.MFU, Loss: tl.Loss}
+	if j.network != "" {
+		r.NetworkClass = NetworkClass(j.network)
+	}
+	return r
+}
+
+// test folds an nccl-tests line into the job's runs. A run begins at its
+// command line, "Collective test starting", params line, device list or
+// table header, and at any of them (or a row) after the previous run had
+// its rows or average; it ends at "# Avg bus bandwidth" or "Collective
+// test concluded".
+func (j *telJob) test(tl *TelemetryLine, src Source, cfg TelemetryAssemblerConfig) {
+	cur := j.current()
+	busy := cur != nil && (cur.rows > 0 || cur.closed || !math.IsNaN(cur.avg))
+	switch tl.Kind {
+	case TelemetryTestCommand, TelemetryTestStart:
+		if cur == nil || busy || cur.collective != "" && cur.collective != string(tl.Collective) && cur.header {
+			cur = j.newRun(src, cfg)
+		}
+		cur.collective = string(tl.Collective)
+	case TelemetryTestVersion:
+		if cur == nil || busy {
+			cur = j.newRun(src, cfg)
+		}
+		cur.version = string(tl.Version)
+	case TelemetryTestParams:
+		if cur == nil || busy || cur.hdrMin >= 0 {
+			cur = j.newRun(src, cfg)
+		}
+		cur.hdrMin, cur.hdrMax, cur.header = tl.MinBytes, tl.MaxBytes, true
+	case TelemetryTestDevice:
+		if cur == nil || busy {
+			cur = j.newRun(src, cfg)
+		}
+		cur.devices = true
+		if tl.TestRank+1 > cur.ranks {
+			cur.ranks = tl.TestRank + 1
+		}
+		if len(tl.Host) > 0 {
+			cur.hosts = addHost(cur.hosts, tl.Host, cfg.MaxHostsPerRun)
+		}
+		if cur.gpu == "" {
+			cur.gpu = string(tl.GPU)
+		}
+	case TelemetryTestHeader:
+		if cur == nil || busy || cur.format != "" {
+			cur = j.newRun(src, cfg)
+		}
+		cur.format, cur.header = tl.Format, true
+	case TelemetryTestRow:
+		if cur == nil || cur.closed || !math.IsNaN(cur.avg) {
+			cur = j.newRun(src, cfg)
+		}
+		if cur.format == "" {
+			cur.format = tl.Format
+		}
+		r := &tl.Row
+		cur.rows++
+		if cur.rows == 1 || r.Bytes < cur.minBytes {
+			cur.minBytes = r.Bytes
+		}
+		// The largest size wins; of equal sizes (several types or ops in
+		// one table) the first printed.
+		if cur.rows == 1 || r.Bytes > cur.maxBytes {
+			cur.maxBytes, cur.maxOOP, cur.maxIP = r.Bytes, r.OOP.BusBW, r.IP.BusBW
+		}
+		for _, w := range [2]float64{r.OOP.Wrong, r.IP.Wrong} {
+			if !math.IsNaN(w) {
+				cur.wrong += w
+			}
+		}
+	case TelemetryTestAvg:
+		if cur == nil || cur.closed || !math.IsNaN(cur.avg) {
+			cur = j.newRun(src, cfg)
+		}
+		cur.avg, cur.closed = tl.Avg, true
+	case TelemetryTestEnd:
+		if cur != nil {
+			cur.closed = true
+		}
+	}
+}
+
+func (j *telJob) current() *testRun {
+	if len(j.runs) == 0 {
+		return nil
+	}
+	return j.runs[len(j.runs)-1]
+}
+
+func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
+	if cur := j.current(); cur != nil {
+		cur.closed = true
+	}
+	if len(j.runs) >= cfg.MaxRunsPerJob {
+		j.runs = slices.Delete(j.runs, 0, 1)
+		j.dropped++
+	}
+	r := &testRun{id: coords(src), hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
+		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
+	j.runs = append(j.runs, r)
+	return r
+}
+
+func coords(s Source) string {
+	b := make([]byte, 0, len(s.Topic)+32)
+	b = append(b, s.Topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(s.Partition), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, s.Offset, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(s.Line), 10)
+	return string(b)
+}
+
+// runRanks returns a run's rank count and hosts: from its device list, or
+// else from the job's NCCL communicator lines (nccl-tests built without MPI
+// prints no device list in some versions; the comm lines still tell).
+func (j *telJob) runRanks(r *testRun) (int, []string) {
+	if r.devices {
+		return r.ranks, r.hosts
+	}
+	n := -1
+	if j.ncclRanks > 0 {
+		n = j.ncclRanks
+	}
+	return n, j.ncclHosts
+}
+
+func (j *telJob) testRow(m rowMeta, tl *TelemetryLine, t time.Time, src Source) NCCLTestRun {
+	r := j.current()
+	nranks, hosts := j.runRanks(r)
+	var ctx uint8
+	if r.header {
+		ctx |= 1
+	}
+	if r.devices {
+		ctx |= 2
+	}
+	if r.collective != "" {
+		ctx |= 4
+	}
+	out := NCCLTestRun{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
+		Pod: m.Pod, Node: m.Node, Pool: m.pool, Canary: m.canary, RunID: r.id, Context: ctx,
+		Collective: r.collective, Version: r.version, NRanks: nranks, Hosts: slices.Clone(hosts), GPU: r.gpu,
+		Bytes: -1, Count: -1, Root: -1, OOP: tl.Row.OOP, IP: tl.Row.IP, AvgBusBW: math.NaN()}
+	if tl.Kind == TelemetryTestRow {
+		out.Kind = "row"
+		out.Bytes, out.Count, out.Type, out.Redop, out.Root = tl.Row.Bytes, tl.Row.Count, string(tl.Row.Type), string(tl.Row.Redop), tl.Row.Root
+	} else {
+		out.Kind = "avg"
+		out.AvgBusBW = tl.Avg
+	}
+	return out
+}
+
+func addHost(hosts []string, h []byte, limit int) []string {
+	for _, x := range hosts {
+		if x == string(h) {
+			return hosts
+		}
+	}
+	if len(hosts) >= limit {
+		return hosts
+	}
+	return append(hosts, string(h))
+}
+
+// Canary reports whether the job is a fabric canary (its pods carry the
+// canary label) and the node pool it tests: what the rules engine needs to
+// count the job's ok verdict as proof of the pool's RDMA path.
+func (a *TelemetryAssembler) Canary(job string) (pool string, ok bool) {
+	j := a.jobs[job]
+	if j == nil || !j.canary {
+		return "", false
+	}
+	return j.pool, true
+}
+
+// Report returns what the job's telemetry says: its nccl-tests runs, in
+// order, and its training series, in order of first appearance. Both are
+// empty (not nil) for a job without telemetry.
+func (a *TelemetryAssembler) Report(job string) (tests []NCCLTestReport, training []TrainingReport) {
+	tests, training = []NCCLTestReport{}, []TrainingReport{}
+	j := a.jobs[job]
+	if j == nil {
+		return tests, training
+	}
+	for _, r := range j.runs {
+		if r.rows == 0 && math.IsNaN(r.avg) {
+			continue // a header with no results
+		}
+		tests = append(tests, j.testReport(r))
+	}
+	for _, s := range j.series {
+		training = append(training, s.report(j.network))
+	}
+	return tests, training
+}
+
+func (j *telJob) testReport(r *testRun) NCCLTestReport {
+	nranks, hosts := j.runRanks(r)
+	rep := NCCLTestReport{Rows: r.rows, AvgBusBW: fptr(r.avg), HostNames: slices.Clone(hosts), Wrong: r.wrong}
+	if rep.HostNames == nil {
+		rep.HostNames = []string{}
+	}
+	if r.collective != "" {
+		rep.Collective = &r.collective
+	}
+	if nranks > 0 {
+		rep.NRanks = &nranks
+	}
+	if len(hosts) > 0 {
+		n := len(hosts)
+		rep.Hosts = &n
+	}
+	if r.rows > 0 {
+		rep.MinBytes, rep.MaxBytes = i64ptr(r.minBytes), i64ptr(r.maxBytes)
+		rep.MaxSizeBusBWOOP, rep.MaxSizeBusBWIP = fptr(r.maxOOP), fptr(r.maxIP)
+	}
+	if r.gpu != "" {
+		rep.GPU = &r.gpu
+	}
+	if r.version != "" {
+		rep.Version = &r.version
+	}
+	if r.hdrMin >= 0 {
+		rep.HeaderMinBytes, rep.HeaderMaxBytes = i64ptr(r.hdrMin), i64ptr(r.hdrMax)
+	}
+	if r.format != "" {
+		rep.Format = &r.format
+	}
+	return rep
+}
+
+func (s *series) report(network string) TrainingReport {
+	r := TrainingReport{Framework: s.framework, Steps: s.steps, DistinctSteps: s.distinct,
+		FirstStepTime: fptr(s.firstTime), LastStepTime: fptr(s.lastTime), MedianStepTime: fptr(s.all.median()),
+		TokensPerSLast: fptr(s.tokens), SamplesPerSLast: fptr(s.samples), MFULast: fptr(s.mfu),
+		TFLOPsLast: fptr(s.tflops), ItPerSFirst: fptr(s.itFirst), ItPerSLast: fptr(s.itLast),
+		TrainRuntime: fptr(s.runtime)}
+	if s.firstStep >= 0 {
+		r.FirstStep, r.LastStep = i64ptr(s.firstStep), i64ptr(s.lastStep)
+	}
+	if network != "" {
+		c := NetworkClass(network)
+		r.Network, r.NetworkClass = &network, &c
+	}
+	if s.prevNet != "" {
+		p := s.prevNet
+		r.PreviousNetwork = &p
+		r.PreviousMedian = fptr(s.prevMedian)
+		r.SegmentMedian = fptr(s.seg.median())
+		r.SegmentSteps = s.segSteps
+		if s.changedAt >= 0 {
+			r.NetworkChangedAt = i64ptr(s.changedAt)
+		}
+		if r.PreviousMedian != nil && r.SegmentMedian != nil && *r.PreviousMedian > 0 {
+			r.StepTimeRegress = fptr(*r.SegmentMedian / *r.PreviousMedian)
+		}
+	}
+	return r
+}
+
+func fptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func i64ptr(v int64) *int64 { return &v }
+
+// sampler keeps a bounded, evenly spaced sample of a stream of values:
+// every stride-th value, halving the sample and doubling the stride when
+// it is full. Its median stays close to the stream's on any length.
+type sampler struct {
+	vals   []float64
+	limit  int
+	stride int
+	skip   int
+}
+
+func (s *sampler) init(limit int) { s.limit, s.stride = limit, 1 }
+
+func (s *sampler) reset() { s.vals, s.stride, s.skip = s.vals[:0], 1, 0 }
+
+func (s *sampler) add(v float64) {
+	if s.skip > 0 {
+		s.skip--
+		return
+	}
+	s.skip = s.stride - 1
+	if len(s.vals) >= s.limit {
+		n := 0
+		for i := 0; i < len(s.vals); i += 2 {
+			s.vals[n] = s.vals[i]
+			n++
+		}
+		s.vals = s.vals[:n]
+		s.stride *= 2
+		s.skip = s.stride - 1
+	}
+	s.vals = append(s.vals, v)
+}
+
+// median returns the median of the sample, the mean of the two middle
+// values of an even count (ClickHouse's medianExact returns the upper one
+// instead), NaN when empty.
+func (s *sampler) median() float64 {
+	n := len(s.vals)
+	if n == 0 {
+		return math.NaN()
+	}
+	v := slices.Clone(s.vals)
+	slices.Sort(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// String describes a report for test failures.
+func (r NCCLTestReport) String() string {
+	return fmt.Sprintf("{collective %s nranks %s hosts %s rows %d bytes %s..%s avg %s maxOOP %s}",
+		ps(r.Collective), pi(r.NRanks), pi(r.Hosts), r.Rows, pi64(r.MinBytes), pi64(r.MaxBytes), pf(r.AvgBusBW), pf(r.MaxSizeBusBWOOP))
+}
+
+func ps(p *string) string {
+	if p == nil {
+		return "null"
+	}
+	return *p
+}
+
+func pi(p *int) string {
+	if p == nil {
+		return "null"
+	}
+	return strconv.Itoa(*p)
+}
+
+func pi64(p *int64) string {
+	if p == nil {
+		return "null"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func pf(p *float64) string {
+	if p == nil {
+		return "null"
+	}
+	return strconv.FormatFloat(*p, 'g', -1, 64)
+}
+
+// CanaryBaselines learns each node pool's canary bus bandwidth: the median
+// of the last runs whose job verdict was ok, per pool and collective. It is
+// the `canary.baseline_busbw` the busbw rule compares a run with
+// (deploy/kubernetes/canary/rules.yaml). Memory is bounded by the pools
+// and collectives seen times Window. It is not safe for concurrent use.
+type CanaryBaselines struct {
+	window int
+	runs   map[[2]string][]float64 // oldest first
+}
+
+// NewCanaryBaselines keeps the last window ok runs per pool and collective
+// (20 runs of an hourly canary are most of a day: one bad hour does not
+// move the median).
+func NewCanaryBaselines(window int) *CanaryBaselines {
+	return &CanaryBaselines{window: max(window, 1), runs: map[[2]string][]float64{}}
+}
+
+// Observe records one canary run's bus bandwidth (GB/s) if its job's
+// verdict was ok; a run that fell back must not pull the baseline down.
+func (c *CanaryBaselines) Observe(pool, collective string, busbw float64, verdictOK bool) {
+	if !verdictOK || math.IsNaN(busbw) || busbw <= 0 {
+		return
+	}
+	k := [2]string{pool, collective}
+	v := append(c.runs[k], busbw)
+	if len(v) > c.window {
+		v = slices.Delete(v, 0, len(v)-c.window)
+	}
+	c.runs[k] = v
+}
+
+// Baseline returns the median of the pool's recorded runs, false when there
+// is none.
+func (c *CanaryBaselines) Baseline(pool, collective string) (float64, bool) {
+	v := c.runs[[2]string{pool, collective}]
+	if len(v) == 0 {
+		return 0, false
+	}
+	s := sampler{vals: v}
+	return s.median(), true
 }
