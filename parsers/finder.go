@@ -17,14 +17,34 @@ var finderTokens = [...][]byte{[]byte("NCCL"), []byte("INFO "), []byte("WARN "),
 // keeps the next position of each token, so a block is searched once per
 // token whatever the number of hits. Not safe for concurrent use.
 type Finder struct {
-	block []byte
-	next  [len(finderTokens)]int
+	block  []byte
+	tokens [][]byte // nil: finderTokens
+	next   [len(finderTokens) + len(TelemetryTokens) + len(telemetrySlowTokens)]int
+}
+
+// NewTelemetryFinder returns a Finder that also finds training-progress and
+// nccl-tests lines (TelemetryTokens and the slower rest): what scan uses
+// when it reports telemetry. Trainer output is mostly such lines, so this
+// finder hands far more lines on than the NCCL-only one.
+func NewTelemetryFinder() *Finder {
+	toks := make([][]byte, 0, len(finderTokens)+len(TelemetryTokens)+len(telemetrySlowTokens))
+	toks = append(toks, finderTokens[:]...)
+	toks = append(toks, TelemetryTokens[:]...)
+	toks = append(toks, telemetrySlowTokens[:]...)
+	return &Finder{tokens: toks}
+}
+
+func (f *Finder) toks() [][]byte {
+	if f.tokens == nil {
+		return finderTokens[:]
+	}
+	return f.tokens
 }
 
 // Reset starts a new block.
 func (f *Finder) Reset(block []byte) {
 	f.block = block
-	for i := range f.next {
+	for i := range f.toks() {
 		f.next[i] = -2 // not searched yet
 	}
 }
@@ -33,7 +53,7 @@ func (f *Finder) Reset(block []byte) {
 // -1 when the rest of the block holds none.
 func (f *Finder) Next(from int) int {
 	best := -1
-	for i := range f.next {
+	for i := range f.toks() {
 		n := f.next[i]
 		if n == -1 {
 			continue // token exhausted in this block
@@ -55,7 +75,7 @@ func (f *Finder) Next(from int) int {
 // search finds the next plausible hit of token i at or after from.
 func (f *Finder) search(i, from int) int {
 	for from < len(f.block) {
-		j := bytes.Index(f.block[from:], finderTokens[i])
+		j := bytes.Index(f.block[from:], f.toks()[i])
 		if j < 0 {
 			return -1
 		}

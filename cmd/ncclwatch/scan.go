@@ -25,7 +25,12 @@ const scanJob = "scan"
 type scanResult struct {
 	Communicators []pipeline.CommSummary `json:"communicators"`
 	Summary       pipeline.JobSummary    `json:"summary"`
-	Input         scanInput              `json:"input"`
+	// NCCLTests and Training are the telemetry issue's contract: one entry
+	// per nccl-tests run and per training series found. Null when telemetry
+	// was off for this scan (input.telemetry says why).
+	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
+	Training  []pipeline.TrainingReport `json:"training"`
+	Input     scanInput                 `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
 }
@@ -37,6 +42,7 @@ type scanInput struct {
 	NCCLLines  int64    `json:"nccl_lines"`
 	Oversized  int64    `json:"oversized_lines"`
 	Malformed  int64    `json:"malformed_records"`
+	Telemetry  bool     `json:"telemetry"` // step-time and nccl-tests extraction ran
 }
 
 // scanner runs the shared decode → classify → assemble path over files.
@@ -46,6 +52,10 @@ type scanner struct {
 	max   int
 	input scanInput
 	prog  *progress
+	// Telemetry (nil when off).
+	tel  *parsers.Telemetry
+	telA *pipeline.TelemetryAssembler
+	tl   pipeline.TelemetryLine
 }
 
 func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
@@ -61,14 +71,34 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	}
 }
 
+// enableTelemetry makes the scanner also extract training progress and
+// nccl-tests results.
+func (s *scanner) enableTelemetry() {
+	s.tel = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
+	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+	s.input.Telemetry = true
+}
+
 // read scans one input. name is shown in errors and progress. Only the
 // lines around candidate tokens are decoded (pipeline.BlockScanner); each is
 // decoded on its own, so a partial CRI or Docker line is emitted as it is
 // rather than joined to an unrelated later candidate.
 func (s *scanner) read(name string, r io.Reader, size int64) error {
 	s.input.Files = append(s.input.Files, name)
-	bs := pipeline.NewBlockScanner(r, &parsers.Finder{}, s.max)
+	finder := &parsers.Finder{}
 	emit := s.proc.Record
+	if s.tel != nil {
+		finder = parsers.NewTelemetryFinder()
+		emit = func(rec *pipeline.Record) {
+			s.proc.Record(rec)
+			if s.tel.Parse(rec.Text, &s.tl) {
+				// Reports are per input file: runs and series do not
+				// continue from one file into the next.
+				s.telA.Add(name, rec.Meta, &s.tl, rec.Time, pipeline.Source{Topic: name}, nil)
+			}
+		}
+	}
+	bs := pipeline.NewBlockScanner(r, finder, s.max)
 	err := bs.Scan(func(line []byte, off int64) {
 		s.input.Candidates++
 		if err := s.dec.Decode(line, emit); err != nil {
@@ -102,7 +132,21 @@ func (s *scanner) result() scanResult {
 	}
 	in := s.input
 	in.NCCLLines = s.proc.Stats.NCCLLines
-	return scanResult{Communicators: comms, Summary: sum, Input: in}
+	res := scanResult{Communicators: comms, Summary: sum, Input: in}
+	if s.telA != nil {
+		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
+		seen := map[string]bool{}
+		for _, f := range in.Files {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			tests, training := s.telA.Report(f)
+			res.NCCLTests = append(res.NCCLTests, tests...)
+			res.Training = append(res.Training, training...)
+		}
+	}
+	return res
 }
 
 func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -117,6 +161,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
 	rulesSpec := fs.String("rules", "", "evaluate alert rules: a rule file, several comma-separated, or builtin")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
+	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on for inputs up to 256 MiB)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
 		fs.PrintDefaults()
@@ -164,12 +209,28 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	s := newScanner(expect, *maxLine)
-	if !*quiet && isTerminal(os.Stderr) {
-		s.prog = &progress{w: stderr, start: time.Now()}
-	}
 	files := fs.Args()
 	if len(files) == 0 {
 		files = []string{"-"}
+	}
+	switch *telemetry {
+	case "on":
+		s.enableTelemetry()
+	case "off":
+	case "auto":
+		// Trainer output is mostly progress lines: extracting telemetry
+		// means parsing nearly every line, ~130 MB/s instead of ~1 GB/s.
+		// Small inputs (excerpts, one job's log) get it; big ones keep the
+		// fast NCCL-only path unless asked.
+		if totalSize(files) <= telemetryAutoMax {
+			s.enableTelemetry()
+		}
+	default:
+		fmt.Fprintln(stderr, "ncclwatch scan: --telemetry: want on, off or auto")
+		return exitUsage
+	}
+	if !*quiet && isTerminal(os.Stderr) {
+		s.prog = &progress{w: stderr, start: time.Now()}
 	}
 	for _, name := range files {
 		if name == "-" {
@@ -230,6 +291,25 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitFinding
 	}
 	return exitOK
+}
+
+// telemetryAutoMax is the input size up to which --telemetry=auto extracts
+// telemetry.
+const telemetryAutoMax = 256 << 20
+
+// totalSize sums the sizes of the named files; stdin and unreadable files
+// count as zero (stdin is usually a pipe of one job's log).
+func totalSize(files []string) int64 {
+	var n int64
+	for _, f := range files {
+		if f == "-" {
+			continue
+		}
+		if st, err := os.Stat(f); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
 }
 
 // printTable writes the human-readable report.
