@@ -83,6 +83,8 @@ type RunnerConfig struct {
 	// ShutdownTimeout bounds the final flush and commit on SIGTERM.
 	ShutdownTimeout time.Duration   `yaml:"shutdown_timeout"`
 	Assembler       AssemblerConfig `yaml:"assembler"`
+	// Telemetry bounds the training/nccl-tests state per job.
+	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
 
 // DefaultRunnerConfig returns the defaults documented on each field.
@@ -97,6 +99,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		MaxBackoff:         30 * time.Second,
 		ShutdownTimeout:    20 * time.Second,
 		Assembler:          DefaultAssemblerConfig(),
+		Telemetry:          DefaultTelemetryAssemblerConfig(),
 	}
 }
 
@@ -127,6 +130,9 @@ func (c RunnerConfig) Validate() error {
 	if err := c.Assembler.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Telemetry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("pipeline.telemetry: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -154,6 +160,12 @@ type RunnerDeps struct {
 	// OnEvict, if set, is told the key (JobKey) of each job evicted after
 	// its final summary was stored.
 	OnEvict func(job string)
+	// Telemetry, if set, parses training-progress and nccl-tests lines
+	// (parsers.Telemetry); their rows go into Batch.Steps and
+	// Batch.TestRuns. The Candidate prefilter must pass such lines too.
+	Telemetry interface {
+		Parse(line []byte, tl *TelemetryLine) bool
+	}
 	// OnActivity, if set, is told that a job's pod logged (NCCL or not):
 	// the absence rules' evidence. Records without an NCCL candidate are
 	// decoded for it at most once per Kafka key (the job) every
@@ -190,6 +202,8 @@ type Runner struct {
 	meta     Meta
 	cur      *Message
 	line     int32
+	tel      *TelemetryAssembler
+	tl       TelemetryLine
 	last     time.Time // last flush
 	draining bool
 	sampled  map[string]time.Time // Kafka key → last activity sample
@@ -226,6 +240,7 @@ func (r *Runner) reset() {
 		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
 	})
 	r.proc.SetTap(r.tap)
+	r.tel = NewTelemetryAssembler(r.cfg.Telemetry, r.deps.Inventory)
 	r.dirty = map[string]bool{}
 	r.touched = map[string]time.Time{}
 	r.skip = map[partKey]int64{}
@@ -352,6 +367,12 @@ func (r *Runner) emit(rec *Record) {
 	}
 	rec.Meta = &r.meta
 	r.proc.Record(rec)
+	if p := r.deps.Telemetry; p != nil && p.Parse(rec.Text, &r.tl) {
+		job := JobKey(r.meta.Cluster, r.meta.Namespace, r.meta.Job)
+		r.tel.Add(job, &r.meta, &r.tl, rec.Time, rec.Source, &r.batch)
+		// Telemetry-only jobs idle out like the others.
+		r.touched[job] = r.deps.Now()
+	}
 }
 
 // tap turns every NCCL event into a stored row and marks its job dirty.
@@ -538,6 +559,7 @@ func (r *Runner) flush(ctx context.Context) error {
 	}
 	for _, j := range evict {
 		r.asm.Evict(j)
+		r.tel.Evict(j)
 		if fn := r.deps.OnEvict; fn != nil {
 			fn(j)
 		}
@@ -578,6 +600,12 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 			k := partKey{row.Source.Topic, row.Source.Partition}
 			if row.Source.Offset+1 > r.skip[k] {
 				r.skip[k] = row.Source.Offset + 1
+			}
+			if p := r.deps.Telemetry; p != nil && p.Parse([]byte(row.Line), &r.tl) {
+				// Restores the job's network and NCCL ranks for its test
+				// runs; rows are not written again.
+				r.tel.Add(JobKey(row.Cluster, row.Namespace, row.Job), &Meta{Job: row.Job, Namespace: row.Namespace,
+					Cluster: row.Cluster, Pod: row.Pod, Node: row.Node}, &r.tl, row.Time, row.Source, nil)
 			}
 			if !r.deps.Classifier.Classify([]byte(row.Line), &ev) {
 				return nil

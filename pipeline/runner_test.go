@@ -437,3 +437,46 @@ func TestRunnerManyJobsBoundedMemory(t *testing.T) {
 		t.Fatalf("jobs held = %d; want at most MaxJobs 50", n)
 	}
 }
+
+// TestRunnerStoresTelemetry checks that training-progress and nccl-tests
+// lines reach the batch as Steps and TestRuns rows when telemetry is on.
+func TestRunnerStoresTelemetry(t *testing.T) {
+	sink := &recordingSink{}
+	var steps, runs int
+	counting := pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
+		steps += len(b.Steps)
+		runs += len(b.TestRuns)
+		return sink.Consume(ctx, b)
+	})
+	cfg := pipeline.DefaultRunnerConfig()
+	dcfg := parsers.DefaultDecoderConfig()
+	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{
+		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
+		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
+		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: counting, Logger: zerolog.Nop(),
+	})
+	off := int64(0)
+	for _, name := range []string{"026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log",
+		"017_nccltests_allreduce_a100_oci_roce_2node_16rank_single_10GiB_row.log"} {
+		b, err := os.ReadFile(filepath.Join("..", "testdata", "telemetry", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: off, Key: []byte("job"),
+				Value: fluentBit(t, l, "job", "job-0", "n0"), Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if steps != 5 {
+		t.Errorf("training step rows = %d; want the 5 Megatron iteration lines", steps)
+	}
+	if runs == 0 {
+		t.Error("no nccl-tests rows stored")
+	}
+}

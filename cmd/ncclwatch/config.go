@@ -54,6 +54,9 @@ type tracingConfig struct {
 type decoderSettings struct {
 	// MaxLineBytes caps one decoded line (64 KiB: far above any NCCL line).
 	MaxLineBytes int `yaml:"max_line_bytes"`
+	// NoTelemetry turns off training-progress and nccl-tests extraction,
+	// keeping the prefilter to NCCL lines only.
+	NoTelemetry bool `yaml:"no_telemetry"`
 }
 
 func defaultServiceConfig() serviceConfig {

@@ -235,9 +235,20 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = cfg.Decoder.MaxLineBytes
 	dcfg.Strict = true
+	// Telemetry (training step times, nccl-tests results) is on unless
+	// the config turns it off: it widens the prefilter to progress lines.
+	candidate := parsers.Candidate
+	var telemetry interface {
+		Parse([]byte, *pipeline.TelemetryLine) bool
+	}
+	if !cfg.Decoder.NoTelemetry {
+		telemetry = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
+		candidate = func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) }
+	}
 	deps := pipeline.RunnerDeps{
-		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
-		Sink: sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: candidate,
+		Telemetry: telemetry,
+		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer, OnFlush: hooks.onFlush,
 	}
 	if stage != nil {
