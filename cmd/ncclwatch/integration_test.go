@@ -1144,3 +1144,78 @@ func TestIntegrationRestartAfterPartialBatch(t *testing.T) {
 		t.Errorf("after a restart that found the events stored but not the summary:\n%s", d)
 	}
 }
+
+// TestIntegrationSIGTERM sends SIGTERM to `ncclwatch run` while it holds an
+// open batch (batches flush only on a 1-minute timer here) and checks that
+// it stores and commits that batch and exits cleanly within its shutdown
+// timeout.
+func TestIntegrationSIGTERM(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	e := newITEnv(t, brokers, chAddr, 2)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	port := freePort(t)
+	config := filepath.Join(dir, "ncclwatch.yaml")
+	yaml := fmt.Sprintf(`kafka:
+  brokers: [%q]
+  topics: [%q]
+  group_id: %q
+  max_wait: 100ms
+  heartbeat_interval: 500ms
+  session_timeout: 6s
+  rebalance_timeout: 10s
+clickhouse:
+  addr: [%q]
+  database: %s
+pipeline:
+  batch:
+    max_rows: 1000000
+    max_wait: 1m
+  shutdown_timeout: 15s
+http:
+  listen: 127.0.0.1:%d
+migrate: true
+`, brokers[0], e.topic, e.group, chAddr, e.db, port)
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p := startProcess(t, bin, config, filepath.Join(dir, "run.log"), addr)
+
+	path := corpusPath("107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log")
+	n := e.replayFile(t, "sigterm-job", path)
+	eventually(t, "every record delivered", func() string {
+		if got := metric(t, addr, "ncclwatch_records_total"); got < float64(n) {
+			return fmt.Sprintf("%v of %d records delivered", got, n)
+		}
+		return ""
+	}, p.dump)
+	if c := metric(t, addr, "ncclwatch_offset_commits_total"); c != 0 {
+		t.Fatalf("%v commits before SIGTERM; the batch was meant to be open", c)
+	}
+
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ncclwatch run still running 30 s after SIGTERM:\n%s", p.dump())
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM; want 0:\n%s", code, p.dump())
+	}
+	got, err := e.verdicts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := want(t, path)
+	if g, ok := got["sigterm-job"]; !ok || g.Verdict != w.Verdict || g.Version != w.Version {
+		t.Errorf("after SIGTERM job_verdicts has %+v (present %v); want verdict %s version %d", g, ok, w.Verdict, w.Version)
+	}
+	if c := sum(committed(t, e)); c != n {
+		t.Errorf("committed offsets cover %d records after SIGTERM; want all %d", c, n)
+	}
+}
