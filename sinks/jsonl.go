@@ -31,9 +31,10 @@ func NewJSONLines(dir string) (*JSONLines, error) {
 // Dir returns the directory written to.
 func (s *JSONLines) Dir() string { return s.dir }
 
-// Consume appends the batch's rows to nccl_events.jsonl,
-// comm_summaries.jsonl, job_summaries.jsonl and dead_letters.jsonl, and
-// syncs them before returning (the runner commits offsets afterwards).
+// Consume appends the batch's rows to one file per table (nccl_events,
+// comm_summaries, job_summaries, alerts, training_steps,
+// nccl_test_results, dead_letters; .jsonl) and syncs them before
+// returning (the runner commits offsets afterwards).
 func (s *JSONLines) Consume(_ context.Context, b *pipeline.Batch) error {
 	if err := s.write("nccl_events", len(b.Events), func(i int) any { return b.Events[i] }); err != nil {
 		return err
@@ -42,6 +43,15 @@ func (s *JSONLines) Consume(_ context.Context, b *pipeline.Batch) error {
 		return err
 	}
 	if err := s.write("job_summaries", len(b.Jobs), func(i int) any { return b.Jobs[i] }); err != nil {
+		return err
+	}
+	if err := s.write("alerts", len(b.Alerts), func(i int) any { return b.Alerts[i] }); err != nil {
+		return err
+	}
+	if err := s.write("training_steps", len(b.Steps), func(i int) any { return b.Steps[i] }); err != nil {
+		return err
+	}
+	if err := s.write("nccl_test_results", len(b.TestRuns), func(i int) any { return b.TestRuns[i] }); err != nil {
 		return err
 	}
 	return s.write("dead_letters", len(b.DeadLetters), func(i int) any { return b.DeadLetters[i] })
