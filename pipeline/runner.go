@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -157,6 +159,12 @@ type RunnerDeps struct {
 	// it (the rules engine observes them; the alerts they cause go into
 	// the same batch).
 	OnJob func(sum JobSummary, comms []CommSummary, nodes []string)
+	// OnTelemetry, if set, sees the telemetry of each job whose NCCL or
+	// telemetry lines changed since the last batch and that has any (the
+	// key as JobKey, TelemetryAssembler.Report, and the pool of a fabric
+	// canary, "" for other jobs), after OnJob and before the sink stores
+	// the batch. The slices are the callee's.
+	OnTelemetry func(job string, tests []NCCLTestReport, training []TrainingReport, canaryPool string)
 	// OnEvict, if set, is told the key (JobKey) of each job evicted after
 	// its final summary was stored.
 	OnEvict func(job string)
@@ -195,6 +203,7 @@ type Runner struct {
 	proc     *Processor
 	batch    Batch
 	dirty    map[string]bool
+	telDirty map[string]bool      // jobs with telemetry lines since the last flush
 	touched  map[string]time.Time // processing time a job last got an event
 	offsets  map[partKey]int64    // next offsets covered by the open batch
 	skip     map[partKey]int64    // offsets below were folded in from storage
@@ -227,6 +236,9 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{}, skip: map[partKey]int64{}}
 	r.reset()
 	r.last = deps.Now()
+	// Ready until a batch fails: a runner that has stored nothing yet is not
+	// failing, and /readyz must not wait for the first max_wait.
+	r.ready.Store(true)
 	if m := deps.Metrics; m != nil {
 		m.BatchCapacity.Set(float64(cfg.Batch.MaxRows))
 	}
@@ -242,6 +254,7 @@ func (r *Runner) reset() {
 	r.proc.SetTap(r.tap)
 	r.tel = NewTelemetryAssembler(r.cfg.Telemetry, r.deps.Inventory)
 	r.dirty = map[string]bool{}
+	r.telDirty = map[string]bool{}
 	r.touched = map[string]time.Time{}
 	r.skip = map[partKey]int64{}
 }
@@ -372,6 +385,7 @@ func (r *Runner) emit(rec *Record) {
 		r.tel.Add(job, &r.meta, &r.tl, rec.Time, rec.Source, &r.batch)
 		// Telemetry-only jobs idle out like the others.
 		r.touched[job] = r.deps.Now()
+		r.telDirty[job] = true
 	}
 }
 
@@ -498,6 +512,18 @@ func (r *Runner) flush(ctx context.Context) error {
 			fn(sum, comms, r.asm.Nodes(j))
 		}
 	}
+	if fn := r.deps.OnTelemetry; fn != nil {
+		for j := range r.dirty {
+			r.telDirty[j] = true
+		}
+		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
+			tests, training := r.tel.Report(j)
+			pool, canary := r.tel.Canary(j)
+			if len(tests) > 0 || len(training) > 0 || canary {
+				fn(j, tests, training, pool)
+			}
+		}
+	}
 	r.batch.Offsets = r.batch.Offsets[:0]
 	for k, next := range r.offsets {
 		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: next})
@@ -570,6 +596,7 @@ func (r *Runner) flush(ctx context.Context) error {
 	}
 	r.batch.Reset()
 	clear(r.dirty)
+	clear(r.telDirty)
 	clear(r.offsets)
 	if mt := r.deps.Metrics; mt != nil {
 		mt.JobsHeld.Set(float64(r.asm.Len()))

@@ -11,10 +11,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,13 +117,29 @@ func TestRulesCorpusSocketFallback(t *testing.T) {
 // The built-in pack's scenarios: each rule has a case that must fire and
 // one that must not (testdata/rules/builtin/).
 func TestRulesBuiltinScenarios(t *testing.T) {
-	files, err := filepath.Glob("../testdata/rules/builtin/*.yaml")
+	testScenarioPack(t, "../testdata/rules/builtin/*.yaml", "builtin")
+}
+
+// The fabric canary's telemetry rules (deploy/kubernetes/canary/rules.yaml)
+// on real nccl-tests and trainer lines: each rule has a case that must
+// fire and one that must not (testdata/rules/canary/).
+func TestRulesCanaryScenarios(t *testing.T) {
+	testScenarioPack(t, "../testdata/rules/canary/*.yaml", "../deploy/kubernetes/canary/rules.yaml")
+}
+
+// testScenarioPack runs the scenarios of glob through the real decoder,
+// parsers and assemblers, and checks that every rule of pack has a case
+// that fires and one that must not.
+func testScenarioPack(t *testing.T, glob, pack string) {
+	t.Helper()
+	files, err := filepath.Glob(glob)
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenarios: %v", err)
 	}
 	deps := rules.ScenarioDeps{
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) },
 		Classifier: &parsers.Lines{},
+		Telemetry:  parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
 	}
 	fires, quiet := map[string]bool{}, map[string]bool{}
 	for _, r := range rules.RunScenarios(files, deps) {
@@ -156,7 +174,7 @@ func TestRulesBuiltinScenarios(t *testing.T) {
 			}
 		}
 	}
-	rs, err := rules.Load("builtin")
+	rs, err := rules.Load(pack)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,5 +260,97 @@ func TestRulesRunnerBatchCarriesAlerts(t *testing.T) {
 		if len(b.Alerts) != 0 {
 			t.Errorf("a later batch repeats alerts %+v", b.Alerts)
 		}
+	}
+}
+
+// Through the real runner, wired as `ncclwatch run` wires it (OnJob,
+// OnTelemetry): fabric canaries' nccl-tests tables, sent as Fluent Bit
+// records of labelled pods, become the canary view. The first ok run sets
+// the pool's baseline; a later run at half of it fires
+// NCCLCanaryBusBandwidthLow, but only once its table is complete.
+func TestRulesRunnerCanaryTelemetry(t *testing.T) {
+	rs, err := rules.Load("../deploy/kubernetes/canary/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rules.NewEngine(rules.DefaultConfig(), rs, rules.EngineDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	sink := &stageSink{}
+	stage := rules.NewStage(eng, sink, time.Minute, rules.StageDeps{Now: func() time.Time { return now }})
+	runner := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{
+		Decoder: parsers.NewDecoder(parsers.DefaultDecoderConfig()), Classifier: &parsers.Lines{},
+		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
+		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: stage,
+		Now:   func() time.Time { return now },
+		OnJob: eng.Observe,
+		OnTelemetry: func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport, pool string) {
+			cluster, namespace, name := pipeline.SplitJobKey(job)
+			eng.ObserveTelemetry(rules.Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
+				Training: training, CanaryPool: pool})
+		},
+	})
+	init, err := os.ReadFile(filepath.Join(corpusDir, "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(busbw float64) []string {
+		out := []string{"# Collective test starting: all_reduce_perf",
+			"# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+			"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"}
+		for i, size := range []int{1 << 30, 2 << 30, 4 << 30, 8 << 30} {
+			bw := busbw * (0.94 + 0.02*float64(i))
+			out = append(out, fmt.Sprintf("%12d  %12d     float     sum      -1  %7.0f  %6.2f  %6.2f      0  %7.0f  %6.2f  %6.2f      0",
+				size, size/4, float64(size)/bw/1e3, bw, bw, float64(size)/bw/1e3, bw, bw))
+		}
+		return append(out, "# Out of bounds values : 0 OK", fmt.Sprintf("# Avg bus bandwidth    : %.4f", busbw*0.97))
+	}
+	var off int64
+	send := func(job string, lines []string) {
+		t.Helper()
+		for _, l := range lines {
+			v, err := json.Marshal(map[string]any{"log": "[1,0]<stdout>:" + l + "\n", "stream": "stdout",
+				"time": "2026-11-29T12:00:00Z", "kubernetes": map[string]any{
+					"pod_name": job + "-launcher", "namespace_name": "ncclwatch", "host": "gpu-1",
+					"labels": map[string]string{"training.kubeflow.org/job-name": job, "ncclwatch.io/canary": "true",
+						"ncclwatch.io/pool": "h200-ib"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := runner.Message(t.Context(), pipeline.Message{Topic: "logs", Offset: off, Key: []byte(job), Value: v, Time: now}); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		if err := runner.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alerts := func() []pipeline.Alert {
+		var out []pipeline.Alert
+		for _, b := range sink.batches {
+			out = append(out, b.Alerts...)
+		}
+		return out
+	}
+	initLines := strings.Split(strings.TrimRight(string(init), "\n"), "\n")
+	send("nccl-canary-h200-ib-a1", append(slices.Clone(initLines), table(180)...))
+	if a := alerts(); len(a) != 0 {
+		t.Fatalf("the pool's first run fired %+v", a)
+	}
+	// Half as fast: the rows printed so far, then the rest of the table.
+	slow := table(90)
+	send("nccl-canary-h200-ib-b2", append(slices.Clone(initLines), slow[:4]...))
+	if a := alerts(); len(a) != 0 {
+		t.Fatalf("a half-printed table fired %+v", a)
+	}
+	send("nccl-canary-h200-ib-b2", slow[4:])
+	a := alerts()
+	if len(a) != 1 || a[0].Rule != "NCCLCanaryBusBandwidthLow" || a[0].State != pipeline.AlertFiring ||
+		a[0].Labels["job_name"] != "nccl-canary-h200-ib-b2" ||
+		!strings.Contains(a[0].Annotations["summary"], "reached 90 GB/s, below 80% of the pool's baseline 180.0 GB/s") {
+		t.Fatalf("alerts = %+v; want NCCLCanaryBusBandwidthLow firing for nccl-canary-h200-ib-b2", a)
 	}
 }

@@ -121,6 +121,23 @@ type EngineDeps struct {
 	Metrics *Metrics
 }
 
+// Telemetry is what a job's training-progress and nccl-tests lines say, as
+// pipeline.TelemetryAssembler reports them (Report and Canary): the source
+// of the `canary` and `series` views.
+type Telemetry struct {
+	Cluster, Namespace, Job string
+	Tests                   []pipeline.NCCLTestReport
+	Training                []pipeline.TrainingReport
+	// CanaryPool is the node pool the job tests when it is a fabric
+	// canary; "" for any other job.
+	CanaryPool string
+}
+
+// canaryBaselineRuns is the window of pipeline.CanaryBaselines: 20 runs
+// of an hourly canary are most of a day, so one bad hour does not move
+// the median (deploy/kubernetes/canary/README.md).
+const canaryBaselineRuns = 20
+
 // Engine evaluates rules over what it observed: per (rule, job) and
 // (rule, pool) state going inactive → pending → firing → resolved, with
 // `for` and keep_firing_for honoured. Time is an argument of Eval; nothing
@@ -140,6 +157,7 @@ type Engine struct {
 	watched   map[string]time.Time // when each pool was first evaluated
 	counts    map[countKey]int     // pending/firing alerts, for the metric
 	lastFull  time.Time            // the last evaluation of every job and pool
+	baselines *pipeline.CanaryBaselines
 }
 
 type subject struct {
@@ -149,11 +167,25 @@ type subject struct {
 	comms                   []pipeline.CommSummary
 	nodes                   []string
 	act                     activity
-	touched                 time.Time // eval time after the last observation
+	tel                     *jobTelemetry // nil: no telemetry observed
+	touched                 time.Time     // eval time after the last observation
 	forgotten               bool
 	dirty                   bool
 	env                     JobEnv
 	metricLabels            jobMetricLabels
+}
+
+// jobTelemetry is what the engine keeps of a job's telemetry.
+type jobTelemetry struct {
+	canaryPool string
+	// runs are a canary's nccl-tests runs, as last reported (nil for
+	// other jobs); handled counts the finished ones already folded into
+	// the pool's baseline, baseline is the pool's baseline before the
+	// latest finished run.
+	runs     []pipeline.NCCLTestReport
+	handled  int
+	baseline *float64
+	series   []SeriesView
 }
 
 type activity struct {
@@ -190,7 +222,7 @@ func NewEngine(cfg Config, rs *RuleSet, deps EngineDeps) (*Engine, error) {
 	e := &Engine{cfg: cfg, rules: rs.Rules, fleet: deps.Fleet, m: deps.Metrics,
 		vm: vm.VM{MemoryBudget: maxExprMemory}, subjects: map[string]*subject{}, states: map[stateKey]*state{},
 		proofs: map[string]time.Time{}, pendProof: map[string]bool{}, watched: map[string]time.Time{},
-		counts: map[countKey]int{}}
+		counts: map[countKey]int{}, baselines: pipeline.NewCanaryBaselines(canaryBaselineRuns)}
 	if e.m != nil {
 		e.m.SubjectsCapacity.Set(float64(cfg.MaxSubjects))
 		for _, r := range e.rules {
@@ -235,6 +267,7 @@ func (e *Engine) observe(sum *pipeline.JobSummary, comms []pipeline.CommSummary,
 	s.comms = slices.Clone(comms)
 	s.forgotten = false
 	s.dirty = true
+	e.foldCanary(s)
 }
 
 // ObserveBatch observes every job summary of b with its communicators
@@ -316,6 +349,47 @@ func (e *Engine) activityOnly() int {
 	return n
 }
 
+// ObserveTelemetry folds in a job's telemetry: its nccl-tests runs and
+// training series as last reported (they replace what was observed
+// before) and, for a fabric canary, its pool. A job not seen before is
+// held like a job known only from its activity (Config.MaxSubjects). The
+// engine copies what it keeps.
+func (e *Engine) ObserveTelemetry(t Telemetry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := pipeline.JobKey(t.Cluster, t.Namespace, t.Job)
+	s := e.subjects[key]
+	if s == nil {
+		if e.activityOnly() >= e.cfg.MaxSubjects {
+			if e.m != nil {
+				e.m.SubjectsDropped.Inc()
+			}
+			return
+		}
+		s = &subject{key: key, cluster: t.Cluster, namespace: t.Namespace, job: t.Job}
+		e.subjects[key] = s
+	}
+	if s.tel == nil {
+		s.tel = &jobTelemetry{}
+	}
+	tel := s.tel
+	if tel.canaryPool != t.CanaryPool {
+		// A job tests one pool; should its label change, its runs count
+		// for the new pool from now on.
+		tel.canaryPool, tel.runs, tel.handled, tel.baseline = t.CanaryPool, nil, 0, nil
+	}
+	if t.CanaryPool != "" {
+		tel.runs = slices.Clone(t.Tests)
+		tel.handled = min(tel.handled, len(tel.runs))
+	}
+	tel.series = make([]SeriesView, len(t.Training))
+	for i := range t.Training {
+		tel.series[i] = seriesView(&t.Training[i])
+	}
+	e.foldCanary(s)
+	s.dirty = true
+}
+
 // ObserveProof records that a pool's RDMA path worked.
 func (e *Engine) ObserveProof(p Proof) {
 	e.mu.Lock()
@@ -333,8 +407,12 @@ func (e *Engine) ObserveProof(p Proof) {
 		e.pendProof[pool] = true
 		return
 	}
-	if p.Time.After(e.proofs[pool]) {
-		e.proofs[pool] = p.Time
+	e.prove(pool, p.Time)
+}
+
+func (e *Engine) prove(pool string, t time.Time) {
+	if t.After(e.proofs[pool]) {
+		e.proofs[pool] = t
 	}
 }
 
@@ -512,7 +590,21 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 	if a := s.act; !a.last.IsZero() {
 		env.Activity = ActivityView{Seen: true, Nodes: len(a.nodes), Pods: len(a.pods), FirstSeen: a.first, LastSeen: a.last}
 	}
+	if s.tel != nil && s.tel.canaryPool != "" {
+		env.Canary = e.canary(s)
+	}
 	s.env = env
+	// A fabric canary whose job settled ok on RDMA proves the pool it
+	// names (its label, not the inventory: the canary says where it was
+	// sent).
+	if s.tel != nil && s.tel.canaryPool != "" && s.sum != nil && s.sum.Verdict == pipeline.VerdictOK &&
+		s.sum.NetworkClass != nil && *s.sum.NetworkClass == pipeline.ClassRDMA {
+		t := s.sum.LastSeen
+		if t.IsZero() || t.After(now) {
+			t = now
+		}
+		e.prove(s.tel.canaryPool, t)
+	}
 	// A job that ran an ok RDMA communicator proves its nodes' pools.
 	if s.sum != nil && e.fleet != nil {
 		proved := false
@@ -527,8 +619,8 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 				t = now
 			}
 			for _, n := range env.Nodes {
-				if n.Known && n.Pool != "" && t.After(e.proofs[n.Pool]) {
-					e.proofs[n.Pool] = t
+				if n.Known && n.Pool != "" {
+					e.prove(n.Pool, t)
 				}
 			}
 		}
@@ -536,6 +628,69 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 	if e.m != nil && !s.forgotten {
 		e.m.setJob(s, &s.metricLabels)
 	}
+}
+
+// foldCanary folds a canary's finished runs not yet counted into its
+// pool's baseline, in order, each compared with the baseline before it
+// (the view keeps the latest run's). Only once the job has a summary, since
+// only runs whose job verdict is ok count (a run that fell back must not
+// pull the baseline down); it runs as runs and summaries are observed, so
+// that the order of the runs is the order they were reported in.
+func (e *Engine) foldCanary(s *subject) {
+	tel := s.tel
+	if tel == nil || tel.canaryPool == "" || s.sum == nil {
+		return
+	}
+	ok := s.sum.Verdict == pipeline.VerdictOK
+	for n := tel.finished(); tel.handled < n; tel.handled++ {
+		r := &tel.runs[tel.handled]
+		tel.baseline = nil
+		if b, found := e.baselines.Baseline(tel.canaryPool, collective(r)); found {
+			tel.baseline = &b
+		}
+		if r.MaxSizeBusBWOOP != nil {
+			e.baselines.Observe(tel.canaryPool, collective(r), *r.MaxSizeBusBWOOP, ok)
+		}
+	}
+}
+
+// finished counts a canary's finished runs: a run is finished when its
+// "# Avg bus bandwidth" line was printed or a later run began, since the
+// busbw at the largest size of a table still being printed is not yet the
+// run's.
+func (t *jobTelemetry) finished() int {
+	n := len(t.runs)
+	if n > 0 && t.runs[n-1].AvgBusBW == nil {
+		n--
+	}
+	return n
+}
+
+func collective(r *pipeline.NCCLTestReport) string {
+	if r.Collective == nil {
+		return ""
+	}
+	return *r.Collective
+}
+
+// canary returns a canary job's view: its latest finished run against the
+// pool's baseline before it.
+func (e *Engine) canary(s *subject) CanaryView {
+	tel := s.tel
+	n := tel.finished()
+	if n == 0 {
+		return canaryView(tel.canaryPool, nil, nil)
+	}
+	latest := &tel.runs[n-1]
+	baseline := tel.baseline
+	if tel.handled < n {
+		// Not counted yet (no summary): the pool's baseline as it is.
+		baseline = nil
+		if b, found := e.baselines.Baseline(tel.canaryPool, collective(latest)); found {
+			baseline = &b
+		}
+	}
+	return canaryView(tel.canaryPool, latest, baseline)
 }
 
 // evalJob evaluates one job rule for one job and advances its state.
@@ -547,43 +702,75 @@ func (e *Engine) evalJob(ev *evaluation, idx int, r *Rule, s *subject) {
 	if s.env.Job.Seen && !s.env.Job.FirstSeen.IsZero() {
 		s.env.Job.Age = ev.now.Sub(s.env.Job.FirstSeen)
 	}
-	cond, comm, err := e.matchJob(r, &s.env)
+	cond, comm, ser, err := e.matchJob(r, &s.env, s.series())
 	if err != nil {
 		ev.fail(r, s.key, err)
 		return
 	}
 	if cond {
-		data = jobData(&s.env, comm)
+		data = jobData(&s.env, comm, ser)
 	}
 	e.step(ev, idx, r, k, st, cond, func() (pipeline.Alert, map[string]any) {
 		if data == nil {
-			data = jobData(&s.env, nil)
+			data = jobData(&s.env, nil, nil)
 		}
 		return pipeline.Alert{Rule: r.Name, Severity: r.Severity(), Job: s.job, Namespace: s.namespace,
 			Cluster: s.cluster}, data
 	})
 }
 
+func (s *subject) series() []SeriesView {
+	if s.tel == nil {
+		return nil
+	}
+	return s.tel.series
+}
+
 // matchJob runs a job rule: once, or once per communicator for a rule that
-// names comm (the first match wins).
-func (e *Engine) matchJob(r *Rule, env *JobEnv) (bool, *CommView, error) {
-	if !r.perComm {
+// names comm, once per training series for a rule that names series (per
+// pair for one that names both); the first match wins.
+func (e *Engine) matchJob(r *Rule, env *JobEnv, series []SeriesView) (bool, *CommView, *SeriesView, error) {
+	if !r.perComm && !r.perSeries {
 		ok, err := e.run(r, *env)
-		return ok, nil, err
+		return ok, nil, nil, err
 	}
-	defer func() { env.Comm = CommView{} }()
-	for i := range env.Comms {
-		env.Comm = env.Comms[i]
-		ok, err := e.run(r, *env)
-		if err != nil {
-			return false, nil, err
-		}
-		if ok {
-			c := env.Comms[i]
-			return true, &c, nil
+	defer func() { env.Comm, env.Series = CommView{}, SeriesView{} }()
+	comms, sers := 1, 1
+	if r.perComm {
+		comms = len(env.Comms)
+	}
+	if r.perSeries {
+		sers = len(series)
+	}
+	for i := range comms {
+		for j := range sers {
+			if r.perComm {
+				env.Comm = env.Comms[i]
+			}
+			if r.perSeries {
+				env.Series = series[j]
+			}
+			ok, err := e.run(r, *env)
+			if err != nil {
+				return false, nil, nil, err
+			}
+			if !ok {
+				continue
+			}
+			var c *CommView
+			var sv *SeriesView
+			if r.perComm {
+				cp := env.Comms[i]
+				c = &cp
+			}
+			if r.perSeries {
+				cp := series[j]
+				sv = &cp
+			}
+			return true, c, sv, nil
 		}
 	}
-	return false, nil, nil
+	return false, nil, nil, nil
 }
 
 func (e *Engine) run(r *Rule, env any) (bool, error) {

@@ -407,3 +407,81 @@ func TestRulesEngineWorkBound(t *testing.T) {
 		t.Errorf("full Eval after Interval evaluated %d (capped); want %d", n, maxEvalErrors)
 	}
 }
+
+// The canary and series views: a rule naming series matches per training
+// series and its annotations see the matched one; a canary's ok RDMA
+// summary proves the pool its label names; only ok runs make a pool's
+// baseline, and a run is compared with the runs before it.
+func TestEngineTelemetryViews(t *testing.T) {
+	rs := mustParse(t, `groups:
+  - name: g
+    rules:
+      - alert: Regress
+        expr: series.network_changed && (series.step_time_regression ?? 0) > 1.3
+        annotations: {summary: "{{ .series_framework }} on {{ .series_network }} after {{ .series_previous_network }}"}
+      - alert: Canary
+        expr: canary.is && canary.rows > 0
+        annotations: {summary: '{{ .canary_pool }} {{ .canary_busbw }} {{ .canary_baseline_busbw | default "none" }}'}
+      - alert: Unproven
+        scope: pool
+        expr: "!pool.proved"
+`)
+	fleet := Nodes{"n1": {Node: "n1", Pool: "p1", RDMACapable: ptr(true)}}
+	eng, err := NewEngine(DefaultConfig(), rs, EngineDeps{Fleet: fleet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(at time.Time) map[string]pipeline.Alert {
+		t.Helper()
+		if _, err := eng.Eval(at); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]pipeline.Alert{}
+		for _, a := range eng.Active() {
+			got[a.Rule+"/"+a.Job+a.Pool] = a
+		}
+		return got
+	}
+	eng.ObserveTelemetry(Telemetry{Namespace: "ml", Job: "train", Training: []pipeline.TrainingReport{
+		{Framework: "hf_trainer", Steps: 10, Network: ptr("IB")},
+		{Framework: "megatron", Steps: 40, Network: ptr("Socket"), PreviousNetwork: ptr("IB"), SegmentSteps: 20,
+			StepTimeRegress: ptr(1.5)},
+	}})
+	run := func(busbw float64) []pipeline.NCCLTestReport {
+		return []pipeline.NCCLTestReport{{Collective: ptr("all_reduce_perf"), Rows: 4, MaxBytes: ptr(int64(8 << 30)),
+			MaxSizeBusBWOOP: ptr(busbw), AvgBusBW: ptr(busbw * 0.9)}}
+	}
+	canary := func(job string, busbw float64, ok bool) {
+		sum, comms := fallbackJob(job, 1, ok)
+		eng.Observe(sum, comms, nil)
+		eng.ObserveTelemetry(Telemetry{Namespace: "ml", Cluster: "c1", Job: job, Tests: run(busbw), CanaryPool: "p1"})
+	}
+	got := eval(t0)
+	if a, ok := got["Regress/train"]; !ok || a.Annotations["summary"] != "megatron on Socket after IB" {
+		t.Errorf("Regress = %+v; want the megatron series", a)
+	}
+	if _, ok := got["Unproven/p1"]; !ok {
+		t.Errorf("pool p1 proved before any canary: %v", got)
+	}
+	canary("c-fallback", 50, false) // proves nothing, no baseline
+	got = eval(t0.Add(time.Minute))
+	if _, ok := got["Unproven/p1"]; !ok {
+		t.Errorf("a canary that fell back proved the pool")
+	}
+	canary("c-1", 200, true)
+	canary("c-2", 100, true)
+	got = eval(t0.Add(2 * time.Minute))
+	if _, ok := got["Unproven/p1"]; ok {
+		t.Errorf("ok canaries on RDMA did not prove the pool")
+	}
+	for job, want := range map[string]string{"c-fallback": "p1 50 none", "c-1": "p1 200 none", "c-2": "p1 100 200"} {
+		if a := got["Canary/"+job]; a.Annotations["summary"] != want {
+			t.Errorf("Canary %s summary = %q; want %q", job, a.Annotations["summary"], want)
+		}
+	}
+	// A job that is no canary has an empty view.
+	eng.ObserveTelemetry(Telemetry{Namespace: "ml", Job: "tests", Tests: run(10)})
+	if _, ok := eval(t0.Add(3 * time.Minute))["Canary/tests"]; ok {
+		t.Error("a job without the canary label has a canary view")
+	}
+}

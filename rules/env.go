@@ -45,6 +45,14 @@ type JobEnv struct {
 	Racks []string `expr:"racks"`
 	// Activity is what is known of the job's pods logging at all.
 	Activity ActivityView `expr:"activity"`
+	// Canary is the job's latest finished nccl-tests run when the job is
+	// a fabric canary, with its pool's baseline.
+	Canary CanaryView `expr:"canary"`
+	// Series is the training series under evaluation. A rule whose
+	// expression names series is evaluated once per training series of
+	// the job (one per framework) and matches when one matches;
+	// annotations then see that series.
+	Series SeriesView `expr:"series"`
 	// Now is the evaluation time.
 	Now time.Time `expr:"now"`
 }
@@ -169,6 +177,49 @@ type ActivityView struct {
 	LastSeen  time.Time `expr:"last_seen"`
 }
 
+// CanaryView is a fabric canary's latest finished nccl-tests run
+// (pipeline.NCCLTestReport) and its pool's baseline. A job that is not a
+// canary has Is false and every other field empty; a canary with no
+// finished run yet has Rows 0.
+type CanaryView struct {
+	// Is: the job's pods carry the canary label and the pool it tests is
+	// known (the pool label, else the inventory's pool of its node).
+	Is         bool    `expr:"is"`
+	Pool       string  `expr:"pool"`
+	Collective *string `expr:"collective"` // e.g. all_reduce_perf
+	Rows       int     `expr:"rows"`       // rows of the results table
+	MaxBytes   *int    `expr:"max_bytes"`  // the largest message size
+	// BusBW is the out-of-place bus bandwidth at the largest size, GB/s.
+	BusBW    *float64 `expr:"busbw"`
+	AvgBusBW *float64 `expr:"avg_busbw"` // "# Avg bus bandwidth", GB/s
+	// BaselineBusBW is the median BusBW of the pool's last ok canary runs
+	// of the same collective before this one (pipeline.CanaryBaselines);
+	// null before the first.
+	BaselineBusBW *float64 `expr:"baseline_busbw"`
+}
+
+// SeriesView is one training series of a job (pipeline.TrainingReport):
+// its step times, and the segments before and after the job's latest
+// change of NCCL network.
+type SeriesView struct {
+	Framework      string   `expr:"framework"`
+	Steps          int      `expr:"steps"`
+	MedianStepTime *float64 `expr:"median_step_time_s"`
+	// Network is the job's latest NCCL "Using network"; PreviousNetwork
+	// the one before the latest change.
+	Network              *string `expr:"network"`
+	PreviousNetwork      *string `expr:"previous_network"`
+	NetworkChanged       bool    `expr:"network_changed"` // PreviousNetwork is known
+	NetworkChangedAtStep *int    `expr:"network_changed_at_step"`
+	// PreviousMedianStepTime is the median step time before the change,
+	// SegmentMedianStepTime the median since, over SegmentSteps timed
+	// steps; StepTimeRegression is segment / previous.
+	PreviousMedianStepTime *float64 `expr:"previous_median_step_time_s"`
+	SegmentMedianStepTime  *float64 `expr:"segment_median_step_time_s"`
+	SegmentSteps           int      `expr:"segment_steps"`
+	StepTimeRegression     *float64 `expr:"step_time_regression"`
+}
+
 // known reports whether a nullable fact is set: known(job.gdr).
 func known(args ...any) (any, error) {
 	v := args[0]
@@ -225,6 +276,32 @@ func commView(c *pipeline.CommSummary) CommView {
 		CollNet: c.CollNet, Intra: nonNil(c.Intra), Env: env, Plugin: c.Plugin, RDMAFailures: nonNil(c.RDMAFailure),
 		Warns: c.Warns, Warnings: nonNil(c.Warnings), InitComplete: c.InitComplete, Verdict: string(c.Verdict),
 		Reasons: nonNil(c.Reasons)}
+}
+
+// canaryView is a canary's latest finished run, rep (nil: none yet).
+func canaryView(pool string, rep *pipeline.NCCLTestReport, baseline *float64) CanaryView {
+	v := CanaryView{Is: true, Pool: pool, BaselineBusBW: baseline}
+	if rep == nil {
+		return v
+	}
+	v.Collective, v.Rows, v.BusBW, v.AvgBusBW = rep.Collective, rep.Rows, rep.MaxSizeBusBWOOP, rep.AvgBusBW
+	if rep.MaxBytes != nil {
+		n := int(*rep.MaxBytes)
+		v.MaxBytes = &n
+	}
+	return v
+}
+
+func seriesView(r *pipeline.TrainingReport) SeriesView {
+	v := SeriesView{Framework: r.Framework, Steps: r.Steps, MedianStepTime: r.MedianStepTime, Network: r.Network,
+		PreviousNetwork: r.PreviousNetwork, NetworkChanged: r.PreviousNetwork != nil,
+		PreviousMedianStepTime: r.PreviousMedian, SegmentMedianStepTime: r.SegmentMedian, SegmentSteps: r.SegmentSteps,
+		StepTimeRegression: r.StepTimeRegress}
+	if r.NetworkChangedAt != nil {
+		n := int(*r.NetworkChangedAt)
+		v.NetworkChangedAtStep = &n
+	}
+	return v
 }
 
 func expectView(e pipeline.Expectation) ExpectView {

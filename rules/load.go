@@ -64,6 +64,8 @@ type Rule struct {
 
 	program    *vm.Program
 	perComm    bool // names comm: evaluated once per communicator
+	perSeries  bool // names series: evaluated once per training series
+	telemetry  bool // names canary or series: needs the job's telemetry
 	timed      bool // names now: its value changes with time alone
 	labelTmpl  map[string]*template.Template
 	annotTmpl  map[string]*template.Template
@@ -427,7 +429,8 @@ func (p *fileParser) compile(r *Rule, n *yaml.Node) {
 	node := prog.Node()
 	v := &identVisitor{}
 	ast.Walk(&node, v)
-	r.perComm, r.timed = v.names["comm"], v.names["now"]
+	r.perComm, r.perSeries, r.timed = v.names["comm"], v.names["series"], v.names["now"]
+	r.telemetry = v.names["canary"] || v.names["series"]
 }
 
 func exprOptions(env any) []expr.Option {

@@ -40,11 +40,16 @@ type scenarioInput struct {
 	Namespace string   `yaml:"namespace"`
 	Cluster   string   `yaml:"cluster"`
 	Nodes     []string `yaml:"nodes"`
+	// Labels are the job's pod labels (ncclwatch.io/canary,
+	// ncclwatch.io/pool: a fabric canary), for log and report inputs.
+	Labels map[string]string `yaml:"labels"`
 	// One of:
 	Log      string             `yaml:"log"`   // a log file, relative to the scenario file
 	Lines    string             `yaml:"lines"` // log lines
 	Summary  yaml.Node          `yaml:"summary"`
 	Comms    yaml.Node          `yaml:"comms"`
+	Tests    yaml.Node          `yaml:"nccl_tests"` // telemetry reports, as in scan --json
+	Training yaml.Node          `yaml:"training"`
 	Activity []scenarioActivity `yaml:"activity"`
 	Proof    *scenarioProof     `yaml:"proof"`
 	Forget   bool               `yaml:"forget"`
@@ -74,10 +79,16 @@ type expectedAlert struct {
 
 // ScenarioDeps turn log inputs into summaries: the decoder and classifier
 // of the real pipeline (parsers.NewDecoder, parsers.Lines). Scenarios
-// without log inputs need neither.
+// without log inputs need neither. Telemetry (parsers.Telemetry), if set,
+// also turns their training-progress and nccl-tests lines into the
+// `canary` and `series` views through a pipeline.TelemetryAssembler, as
+// `run` does.
 type ScenarioDeps struct {
 	NewDecoder func() pipeline.Decoder
 	Classifier pipeline.Classifier
+	Telemetry  interface {
+		Parse(line []byte, tl *pipeline.TelemetryLine) bool
+	}
 }
 
 // ScenarioResult is the outcome of one scenario file.
@@ -208,6 +219,9 @@ type scenario struct {
 	meta  map[string]*pipeline.Meta
 	nodes map[string][]string
 	ver   uint64
+	tel   *pipeline.TelemetryAssembler
+	tl    pipeline.TelemetryLine
+	line  int32 // source coordinates of telemetry lines: one count per test
 }
 
 func (sc *scenario) fail(format string, args ...any) string {
@@ -350,6 +364,19 @@ func (sc *scenario) apply(in scenarioInput, now time.Time) error {
 		sum.Version = sc.ver
 		sc.eng.Observe(sum, comms, sc.nodeList(key))
 	}
+	if in.Tests.Kind != 0 || in.Training.Kind != 0 {
+		n++
+		t := Telemetry{Cluster: in.Cluster, Namespace: in.Namespace, Job: job,
+			Tests: []pipeline.NCCLTestReport{}, Training: []pipeline.TrainingReport{}}
+		if err := viaJSON(&in.Tests, &t.Tests); err != nil {
+			return fmt.Errorf("nccl_tests: %w", err)
+		}
+		if err := viaJSON(&in.Training, &t.Training); err != nil {
+			return fmt.Errorf("training: %w", err)
+		}
+		t.CanaryPool = sc.canaryPool(key, in.Labels)
+		sc.eng.ObserveTelemetry(t)
+	}
 	if len(in.Activity) > 0 {
 		n++
 		for _, a := range in.Activity {
@@ -365,7 +392,7 @@ func (sc *scenario) apply(in scenarioInput, now time.Time) error {
 		sc.eng.Forget(key)
 	}
 	if n == 0 && in.Nodes == nil {
-		return errors.New("input has none of log, lines, summary, activity, proof, forget, nodes")
+		return errors.New("input has none of log, lines, summary, nccl_tests, training, activity, proof, forget, nodes")
 	}
 	if n == 0 {
 		// Nodes alone: the job's nodes changed.
@@ -374,6 +401,24 @@ func (sc *scenario) apply(in scenarioInput, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// canaryPool is the pool a report input's job tests when its labels mark
+// it a canary: the pool label, else the inventory's pool of its first node
+// (what pipeline.TelemetryAssembler.Canary says of a job's lines).
+func (sc *scenario) canaryPool(key string, labels map[string]string) string {
+	if labels[pipeline.LabelCanary] != "true" {
+		return ""
+	}
+	if p := labels[pipeline.LabelPool]; p != "" {
+		return p
+	}
+	if nodes := sc.nodes[key]; len(nodes) > 0 && sc.inv != nil {
+		if f, ok := sc.inv.Node(nodes[0]); ok {
+			return f.Pool
+		}
+	}
+	return ""
 }
 
 func (sc *scenario) nodeList(key string) []string {
@@ -396,6 +441,11 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 	if sc.deps.NewDecoder == nil || sc.deps.Classifier == nil {
 		return errors.New("log inputs need the pipeline's decoder: run the scenario with `ncclwatch rules test`")
 	}
+	if sc.deps.Telemetry == nil && slices.ContainsFunc(sc.rs.Rules, func(r *Rule) bool { return r.telemetry }) {
+		// Without the parser the views stay empty and the rules quiet: a
+		// test would fail (or pass) for the wrong reason.
+		return errors.New("log inputs of rules that name canary or series need the telemetry parser (ScenarioDeps.Telemetry: parsers.NewTelemetry)")
+	}
 	asm := sc.assembler()
 	if sc.proc == nil {
 		sc.proc = pipeline.NewProcessor(asm, sc.deps.Classifier, func(r *pipeline.Record) string {
@@ -403,10 +453,16 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 		})
 		sc.dec = sc.deps.NewDecoder()
 	}
+	if sc.deps.Telemetry != nil && sc.tel == nil {
+		sc.tel = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), sc.inv)
+	}
 	meta := sc.meta[key]
 	if meta == nil {
 		meta = &pipeline.Meta{Job: job, Namespace: in.Namespace, Cluster: in.Cluster}
 		sc.meta[key] = meta
+	}
+	if in.Labels != nil {
+		meta.Labels = in.Labels
 	}
 	emit := func(r *pipeline.Record) {
 		if r.Time.IsZero() {
@@ -418,6 +474,10 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 		}
 		r.Meta = &m
 		sc.proc.Record(r)
+		if sc.tel != nil && sc.deps.Telemetry.Parse(r.Text, &sc.tl) {
+			sc.line++
+			sc.tel.Add(key, &m, &sc.tl, r.Time, pipeline.Source{Topic: sc.file, Line: sc.line}, nil)
+		}
 	}
 	for line := range bytes.SplitSeq(text, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -426,7 +486,20 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 		_ = sc.dec.Decode(line, emit) // a bad line is data, as in scan
 		sc.dec.Flush(emit)
 	}
-	return sc.observeAssembled(key)
+	if err := sc.observeAssembled(key); err != nil {
+		return err
+	}
+	// After the summary, as the runner's OnTelemetry comes after OnJob.
+	if sc.tel != nil {
+		tests, training := sc.tel.Report(key)
+		pool, _ := sc.tel.Canary(key)
+		if len(tests) > 0 || len(training) > 0 || pool != "" {
+			cluster, namespace, name := pipeline.SplitJobKey(key)
+			sc.eng.ObserveTelemetry(Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
+				Training: training, CanaryPool: pool})
+		}
+	}
+	return nil
 }
 
 func (sc *scenario) observeAssembled(key string) error {

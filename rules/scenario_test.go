@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 // The scenario runner reports what differs, per test and time, and checks
@@ -99,3 +101,64 @@ tests:
 		t.Errorf("unknown rule: %+v", res[0])
 	}
 }
+
+// Telemetry report inputs make the canary and series views without the
+// pipeline's parsers; log inputs of rules that name them need the
+// telemetry parser, and say so.
+func TestRulesScenarioTelemetryReports(t *testing.T) {
+	dir := t.TempDir()
+	rules := `groups:
+  - name: g
+    rules:
+      - alert: Slow
+        expr: series.step_time_regression != nil && series.step_time_regression > 1.3
+        annotations: {summary: "{{ .series_framework }}"}
+      - alert: LowBW
+        expr: canary.is && known(canary.busbw) && known(canary.baseline_busbw) && canary.busbw < 0.8 * canary.baseline_busbw
+        annotations: {summary: "{{ .canary_pool }} {{ .canary_busbw }} {{ .canary_baseline_busbw }}"}
+`
+	scenario := `rule_files: [r.yaml]
+inventory:
+  - {node: gpu-1, pool: h200-ib, rdma_capable: true}
+tests:
+  - name: reports
+    input:
+      - {at: 0m, job: train, training: [{framework: hf_trainer, steps: 10}, {framework: megatron, steps: 40, previous_network: IB, network: Socket, step_time_regression: 1.5}]}
+      - {at: 0m, job: c1, nodes: [gpu-1], labels: {ncclwatch.io/canary: "true"}, summary: {verdict: ok, network_class: rdma}, nccl_tests: [{collective: all_reduce_perf, rows: 4, max_size_busbw_oop: 180, avg_busbw: 170}]}
+      - {at: 1h, job: c2, labels: {ncclwatch.io/canary: "true", ncclwatch.io/pool: h200-ib}, summary: {verdict: ok}, nccl_tests: [{collective: all_reduce_perf, rows: 4, max_size_busbw_oop: 90, avg_busbw: 85}]}
+      - {at: 1h, job: not-canary, nccl_tests: [{collective: all_reduce_perf, rows: 4, max_size_busbw_oop: 1, avg_busbw: 1}]}
+    expect:
+      - {at: 0m, alert: Slow, alerts: [{labels: {job_name: train}, annotations: {summary: megatron}}]}
+      - {at: 0m, alert: LowBW, alerts: []}
+      - {at: 1h, alert: LowBW, alerts: [{labels: {job_name: c2}, annotations: {summary: h200-ib 90 180}}]}
+`
+	logs := "rule_files: [r.yaml]\ntests:\n  - name: log\n    input: [{lines: \"iteration 1/ 10 | elapsed time per iteration (ms): 100.0 |\"}]\n"
+	for name, body := range map[string]string{"r.yaml": rules, "s.yaml": scenario, "log.yaml": logs} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps := ScenarioDeps{NewDecoder: func() pipeline.Decoder { return lineDecoder{} }, Classifier: noNCCL{}}
+	res := RunScenarios([]string{filepath.Join(dir, "s.yaml"), filepath.Join(dir, "log.yaml")}, deps)
+	if !res[0].OK() || res[0].Tests != 1 {
+		t.Errorf("reports: %+v", res[0])
+	}
+	if len(res[1].Failures) != 1 || !strings.Contains(res[1].Failures[0], "need the telemetry parser") {
+		t.Errorf("log inputs without the telemetry parser: failures %q; want one naming the parser", res[1].Failures)
+	}
+}
+
+// lineDecoder and noNCCL stand in for the parsers, which this package does
+// not import.
+type lineDecoder struct{}
+
+func (lineDecoder) Decode(b []byte, emit func(*pipeline.Record)) error {
+	emit(&pipeline.Record{Text: b})
+	return nil
+}
+
+func (lineDecoder) Flush(func(*pipeline.Record)) {}
+
+type noNCCL struct{}
+
+func (noNCCL) Classify([]byte, *pipeline.Event) bool { return false }

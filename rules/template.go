@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"text/template"
@@ -90,8 +91,10 @@ func deref[T any](p *T) any {
 }
 
 // jobData is the template data of a job alert: the job's fields, overlaid
-// by the matched communicator's when the rule names comm.
-func jobData(env *JobEnv, comm *CommView) map[string]any {
+// by the matched communicator's when the rule names comm, the canary's
+// (canary_*) and the matched training series' (series_*, null when the
+// rule does not name series).
+func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 	j := &env.Job
 	nodes := make([]string, len(env.Nodes))
 	for i, n := range env.Nodes {
@@ -114,6 +117,30 @@ func jobData(env *JobEnv, comm *CommView) map[string]any {
 		"activity_first_seen": env.Activity.FirstSeen, "activity_last_seen": env.Activity.LastSeen,
 		"now": env.Now,
 	}
+	cn := &env.Canary
+	maps.Copy(d, map[string]any{
+		"canary_is": cn.Is, "canary_pool": cn.Pool, "canary_collective": deref(cn.Collective), "canary_rows": cn.Rows,
+		"canary_max_bytes": deref(cn.MaxBytes), "canary_busbw": deref(cn.BusBW), "canary_avg_busbw": deref(cn.AvgBusBW),
+		"canary_baseline_busbw": deref(cn.BaselineBusBW),
+	})
+	sd := map[string]any{
+		"series_framework": nil, "series_steps": nil, "series_median_step_time_s": nil, "series_network": nil,
+		"series_previous_network": nil, "series_network_changed": nil, "series_network_changed_at_step": nil,
+		"series_previous_median_step_time_s": nil, "series_segment_median_step_time_s": nil,
+		"series_segment_steps": nil, "series_step_time_regression": nil,
+	}
+	if sv := series; sv != nil {
+		sd = map[string]any{
+			"series_framework": sv.Framework, "series_steps": sv.Steps,
+			"series_median_step_time_s": deref(sv.MedianStepTime), "series_network": deref(sv.Network),
+			"series_previous_network": deref(sv.PreviousNetwork), "series_network_changed": sv.NetworkChanged,
+			"series_network_changed_at_step":     deref(sv.NetworkChangedAtStep),
+			"series_previous_median_step_time_s": deref(sv.PreviousMedianStepTime),
+			"series_segment_median_step_time_s":  deref(sv.SegmentMedianStepTime),
+			"series_segment_steps":               sv.SegmentSteps, "series_step_time_regression": deref(sv.StepTimeRegression),
+		}
+	}
+	maps.Copy(d, sd)
 	if c := comm; c != nil {
 		for k, v := range map[string]any{
 			"comm_id": c.ID, "network": deref(c.Network), "network_class": c.NetworkClass, "fabric": deref(c.Fabric),
@@ -160,7 +187,7 @@ func sampleData(scope Scope) map[string]any {
 		return poolData(&PoolEnv{Pool: PoolView{Zones: []string{}}})
 	}
 	env := &JobEnv{}
-	d := jobData(env, &CommView{Env: map[string]string{}})
+	d := jobData(env, &CommView{Env: map[string]string{}}, &SeriesView{})
 	d["labels"] = map[string]string{}
 	return d
 }

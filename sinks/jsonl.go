@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -48,10 +50,12 @@ func (s *JSONLines) Consume(_ context.Context, b *pipeline.Batch) error {
 	if err := s.write("alerts", len(b.Alerts), func(i int) any { return b.Alerts[i] }); err != nil {
 		return err
 	}
-	if err := s.write("training_steps", len(b.Steps), func(i int) any { return b.Steps[i] }); err != nil {
+	// Telemetry rows mark missing numbers with NaN, which JSON cannot
+	// hold: they are written as null.
+	if err := s.write("training_steps", len(b.Steps), func(i int) any { return nanToNull(reflect.ValueOf(b.Steps[i])) }); err != nil {
 		return err
 	}
-	if err := s.write("nccl_test_results", len(b.TestRuns), func(i int) any { return b.TestRuns[i] }); err != nil {
+	if err := s.write("nccl_test_results", len(b.TestRuns), func(i int) any { return nanToNull(reflect.ValueOf(b.TestRuns[i])) }); err != nil {
 		return err
 	}
 	return s.write("dead_letters", len(b.DeadLetters), func(i int) any { return b.DeadLetters[i] })
@@ -82,6 +86,52 @@ func (s *JSONLines) write(table string, n int, row func(int) any) error {
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("jsonl sink %s: %w", table, err)
+	}
+	return nil
+}
+
+// nanToNull turns a value into what encoding/json writes for it, with NaN
+// and infinite floats as null. Structs become objects keyed by field name
+// (the rows have no JSON tags); values that marshal themselves (time.Time)
+// are kept.
+func nanToNull(v reflect.Value) any {
+	if v.CanInterface() {
+		if m, ok := v.Interface().(json.Marshaler); ok {
+			return m
+		}
+	}
+	switch v.Kind() {
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil
+		}
+		return f
+	case reflect.Struct:
+		out := make(map[string]any, v.NumField())
+		for i := 0; i < v.NumField(); i++ {
+			if f := v.Type().Field(i); f.IsExported() {
+				out[f.Name] = nanToNull(v.Field(i))
+			}
+		}
+		return out
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice && v.IsNil() {
+			return nil
+		}
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = nanToNull(v.Index(i))
+		}
+		return out
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil
+		}
+		return nanToNull(v.Elem())
+	}
+	if v.CanInterface() {
+		return v.Interface()
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +24,7 @@ func TestJSONLinesWritesEveryTable(t *testing.T) {
 		Comms:       []pipeline.CommSummary{{Job: "j", CommID: "0x1"}},
 		Alerts:      []pipeline.Alert{{Rule: "NCCLSocketFallback", Job: "j", State: "firing"}},
 		Steps:       []pipeline.TrainingStep{{}},
-		TestRuns:    []pipeline.NCCLTestRun{{}},
+		TestRuns:    []pipeline.NCCLTestRun{{AvgBusBW: math.NaN(), OOP: pipeline.NCCLTestResult{BusBW: math.NaN()}}},
 		DeadLetters: []pipeline.DeadLetter{{Reason: "malformed: x", Raw: []byte("{")}},
 	}
 	for i := 0; i < 2; i++ {

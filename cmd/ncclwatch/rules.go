@@ -106,6 +106,7 @@ func rulesTest(files []string, stdout, stderr io.Writer) int {
 	deps := rules.ScenarioDeps{
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) },
 		Classifier: &parsers.Lines{},
+		Telemetry:  parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
 	}
 	status := exitOK
 	for _, r := range rules.RunScenarios(files, deps) {

@@ -53,6 +53,8 @@ func TestRulesCheckCommand(t *testing.T) {
 
 func TestRulesTestCommand(t *testing.T) {
 	files, _ := filepath.Glob("../../testdata/rules/builtin/*.yaml")
+	canary, _ := filepath.Glob("../../testdata/rules/canary/*.yaml")
+	files = append(files, canary...)
 	if len(files) < 9 {
 		t.Fatalf("%d builtin scenarios; want one per rule", len(files))
 	}
