@@ -26,6 +26,8 @@ type Metrics struct {
 	SkippedReplays prometheus.Counter
 	Evictions      prometheus.Counter
 	Ready          prometheus.Gauge
+	SourceQueue    prometheus.Gauge // records fetched, waiting for the runner
+	SourceQueueCap prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -52,9 +54,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SkippedReplays: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_replayed_records_skipped_total", Help: "Kafka records already stored before a restart, not folded in twice."}),
 		Evictions:      prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_jobs_evicted_total", Help: "Idle jobs evicted after their final summary was stored."}),
 		Ready:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_ready", Help: "1 when the pipeline is consuming and storing."}),
+		SourceQueue:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_length", Help: "Fetched Kafka records waiting for the runner."}),
+		SourceQueueCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_capacity", Help: "Capacity of the fetched-records queue."}),
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.SkippedReplays, m.Evictions, m.Ready)
+		m.Rebuilds, m.RebuiltEvents, m.SkippedReplays, m.Evictions, m.Ready, m.SourceQueue, m.SourceQueueCap)
 	return m
 }

@@ -310,9 +310,15 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 			case <-ctx.Done():
 				return nil
 			case <-tick.C:
+				// Reset first: partitions revoked since the last tick must
+				// not keep their old lag.
+				metrics.ConsumerLag.Reset()
 				for tp, lag := range src.Lag() {
 					metrics.ConsumerLag.WithLabelValues(tp.Topic, fmt.Sprint(tp.Partition)).Set(float64(lag))
 				}
+				n, c := src.QueueLen()
+				metrics.SourceQueue.Set(float64(n))
+				metrics.SourceQueueCap.Set(float64(c))
 				if inv != nil {
 					if changed, err := inv.Reload(); err != nil {
 						log.Warn().Err(err).Msg("inventory reload failed; keeping the previous one")
