@@ -58,12 +58,7 @@ func scanFile(t testing.TB, path string) scanResult {
 // knownGaps lists the fields where scan does not reach the expected value,
 // with why. The test asserts the gap is exactly this, so an improvement (or a
 // regression) shows up. Each one is reported in the closing note.
-var knownGaps = map[string]map[string]string{
-	// 16 ranks listed in the ring order over worker-0/1, but rank→host is
-	// known only for 11 of them (mpirun prefixes) and the highest device
-	// index seen is 6: no rule that is certain gives 2.
-	"082_efa_aws_libfabric_gdrdma_p4d_eks_2node_16rank_channels.log": {"NNodes": "null"},
-}
+var knownGaps = map[string]map[string]string{}
 
 // TestCorpus checks scan's summary against EXPECTED.json for every real
 // excerpt in testdata/corpus.
