@@ -197,6 +197,15 @@ func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
 	}
 	mu.Unlock()
 	fmt.Fprintf(stdout, "\nall %d jobs settled; silent socket fallback in: %s\n", len(demoJobs), strings.Join(fallback, ", "))
+	if state.rules != nil {
+		// The built-in rule pack evaluated the same summaries.
+		if active := state.rules.Engine().Active(); len(active) > 0 {
+			fmt.Fprintln(stdout, "alerts (built-in rules; sent to Alertmanager when one is configured):")
+			for _, a := range active {
+				fmt.Fprintf(stdout, "  %-8s %-20s %-18s %s\n", a.State, a.Rule, a.Job, a.Annotations["summary"])
+			}
+		}
+	}
 	if o.serve {
 		fmt.Fprintf(stdout, "serving http://%s/metrics — Ctrl-C stops\n", state.addr)
 		<-ctx.Done()

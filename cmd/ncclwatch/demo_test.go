@@ -53,6 +53,9 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output does not mention %s:\n%s", job, out.String())
 		}
 	}
+	if !strings.Contains(out.String(), "NCCLSocketFallback   llm-13b-socket") {
+		t.Errorf("demo output does not show the fallback alert:\n%s", out.String())
+	}
 	if !strings.Contains(out.String(), "silent socket fallback in: llm-13b-socket") {
 		t.Errorf("demo output does not say which job fell back:\n%s", out.String())
 	}

@@ -157,6 +157,7 @@ type serveHooks struct {
 // serviceState is what a running service exposes to hooks.
 type serviceState struct {
 	runner    *pipeline.Runner
+	rules     *rules.Stage // nil when no rules are loaded
 	source    *kafka.Source
 	delivered *atomic.Int64
 	addr      string
@@ -264,7 +265,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		}
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)
-	state := &serviceState{runner: runner, source: src, delivered: &atomic.Int64{}}
+	state := &serviceState{runner: runner, rules: stage, source: src, delivered: &atomic.Int64{}}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
