@@ -4,7 +4,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -83,14 +82,8 @@ func alertMigrations(f features) []migration {
 	if f.DateTime64 {
 		timeType = "DateTime64(3)"
 	}
-	lc := "String"
-	if f.LowCardinality {
-		lc = "LowCardinality(String)"
-	}
-	settings := ""
-	if f.DedupToken {
-		settings = "\nSETTINGS non_replicated_deduplication_window = " + strconv.Itoa(dedupWindow)
-	}
+	t := f.ddl()
+	lc, settings := t.lc, t.settings
 	return []migration{
 		{Version: 6, Name: "alerts", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.alerts{on_cluster}
 (

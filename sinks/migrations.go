@@ -92,6 +92,32 @@ func render(stmt, db, cluster string) string {
 // a few KiB per table.
 const dedupWindow = 1000
 
+// ddlTypes are the column types and table clauses a server supports.
+type ddlTypes struct {
+	time     string              // DateTime64(6), or DateTime before 20.1
+	lc       string              // LowCardinality(String), or String before 19.3
+	codec    func(string) string // " CODEC(…)", or nothing before 19.11
+	settings string              // the dedup window for insert tokens (22.2+), or nothing
+}
+
+// ddl returns the types and clauses of f's server.
+func (f features) ddl() ddlTypes {
+	t := ddlTypes{time: "DateTime", lc: "String", codec: func(string) string { return "" }}
+	if f.DateTime64 {
+		t.time = "DateTime64(6)"
+	}
+	if f.LowCardinality {
+		t.lc = "LowCardinality(String)"
+	}
+	if f.Codecs {
+		t.codec = func(c string) string { return " CODEC(" + c + ")" }
+	}
+	if f.DedupToken {
+		t.settings = "\nSETTINGS non_replicated_deduplication_window = " + strconv.Itoa(dedupWindow)
+	}
+	return t
+}
+
 // migrations returns the schema, in order, written for a server with
 // features f. Append new migrations at the end; never change one that was
 // released, since servers that applied it will not apply it again.
@@ -104,24 +130,8 @@ func migrations(f features) []migration {
 // coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
 // telemetry 20–39 (sinks/telemetry.go).
 func coreMigrations(f features) []migration {
-	timeType := "DateTime"
-	if f.DateTime64 {
-		timeType = "DateTime64(6)"
-	}
-	lc := "String"
-	if f.LowCardinality {
-		lc = "LowCardinality(String)"
-	}
-	codec := func(c string) string {
-		if f.Codecs {
-			return " CODEC(" + c + ")"
-		}
-		return ""
-	}
-	settings := ""
-	if f.DedupToken {
-		settings = "\nSETTINGS non_replicated_deduplication_window = " + strconv.Itoa(dedupWindow)
-	}
+	t := f.ddl()
+	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings
 
 	return []migration{
 		{Version: 1, Name: "nccl_events", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.nccl_events{on_cluster}

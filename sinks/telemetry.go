@@ -3,7 +3,6 @@ package sinks
 import (
 	"io"
 	"math"
-	"strconv"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -104,24 +103,8 @@ func nullI64(n int64) *int64 {
 // with FINAL: a replayed coordinate folds into one row before it is
 // counted, on 18.16 and on current servers alike.
 func telemetryMigrations(f features) []migration {
-	timeType := "DateTime"
-	if f.DateTime64 {
-		timeType = "DateTime64(6)"
-	}
-	lc := "String"
-	if f.LowCardinality {
-		lc = "LowCardinality(String)"
-	}
-	codec := func(c string) string {
-		if f.Codecs {
-			return " CODEC(" + c + ")"
-		}
-		return ""
-	}
-	settings := ""
-	if f.DedupToken {
-		settings = "\nSETTINGS non_replicated_deduplication_window = " + strconv.Itoa(dedupWindow)
-	}
+	t := f.ddl()
+	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings
 	coords := "    topic String,\n    `partition` Int32,\n    `offset` Int64,\n    line Int32,\n    time " + timeType + codec("Delta, ZSTD(1)") + ",\n"
 	who := "    job " + lc + ",\n    namespace " + lc + ",\n    cluster " + lc + ",\n    pod String,\n    node " + lc + ",\n    pool " + lc + ",\n"
 	tail := "    inserted_at DateTime DEFAULT now()\n)\n"
