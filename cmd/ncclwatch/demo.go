@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,11 +54,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ncclwatch demo [flags]\n\nStart an in-process Kafka broker, replay five real NCCL logs as jobs, run the real pipeline\nand print each job's verdict as it settles.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fs, args); !ok {
+		return code
 	}
 	if len(clickhouse) == 0 {
 		clickhouse = splitList(os.Getenv("NCCLWATCH_CLICKHOUSE"))

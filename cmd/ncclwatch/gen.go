@@ -181,11 +181,8 @@ func runGen(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ncclwatch gen [flags]  — write a seeded synthetic training log (trainer output with NCCL lines)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fs, args); !ok {
+		return code
 	}
 	n, err := parseSize(*size)
 	if err != nil {

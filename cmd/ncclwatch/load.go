@@ -99,11 +99,8 @@ record-to-row latency at a given offered rate and peak RSS, and print a report.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fs, args); !ok {
+		return code
 	}
 	if len(o.brokers) == 0 {
 		o.brokers = splitList(os.Getenv("NCCLWATCH_BROKERS"))

@@ -7,6 +7,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -66,6 +68,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "ncclwatch: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
+}
+
+// parseArgs parses a command's flags; when it returns false the command
+// ends with code (0 after -h, 2 for a usage error the flag set printed).
+func parseArgs(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
 }
 
 // Exit statuses, documented in README.md; scripts rely on them.

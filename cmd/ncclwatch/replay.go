@@ -138,11 +138,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ncclwatch replay --brokers HOST:PORT --topic T --job NAME [--namespace NS] [--node NODE] [--pod POD] [--rate N] FILE...\n\nProduce log files (any envelope) into Kafka as Fluent Bit records.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(fs, args); !ok {
+		return code
 	}
 	if len(brokers) == 0 {
 		brokers = splitList(os.Getenv("NCCLWATCH_BROKERS"))

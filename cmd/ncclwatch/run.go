@@ -122,11 +122,8 @@ func runService(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ncclwatch run [flags]\n\nConsume Fluent Bit records from Kafka, classify NCCL lines, store in ClickHouse.\n\nflags:")
 		f.fs.PrintDefaults()
 	}
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(f.fs, args); !ok {
+		return code
 	}
 	cfg, err := f.resolve(os.Getenv)
 	if err == nil {
@@ -462,11 +459,8 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent).\n\nflags:")
 		f.fs.PrintDefaults()
 	}
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseArgs(f.fs, args); !ok {
+		return code
 	}
 	cfg, err := f.resolve(os.Getenv)
 	if err == nil {
