@@ -10,6 +10,9 @@
 # See deploy/local/README.md.
 set -euo pipefail
 
+# shellcheck source=lib.sh source-path=SCRIPTDIR disable=SC1091 # shellcheck -x follows it
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CONF_SRC="$HERE/kafka"
 
@@ -22,16 +25,12 @@ KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 NCCLWATCH_CACHE="${NCCLWATCH_CACHE:-${HOME:-/root}/.cache/ncclwatch}"
 
 LIB_DIR="$NCCLWATCH_CACHE/kafka-$KAFKA_VERSION/libs"
-RUN_DIR="${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT"
-RUN_DIR="${RUN_DIR//\/\//\/}"
+RUN_DIR="$(run_dir kafka "$KAFKA_PORT")"
 DATA_DIR="$RUN_DIR/data"
 LOG_DIR="$RUN_DIR/logs"
 PID_FILE="$RUN_DIR/kafka.pid"
 PROPS="$RUN_DIR/server.properties"
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
-
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
 
 # --- jars -------------------------------------------------------------------
 
@@ -85,26 +84,9 @@ tool() {
 
 # --- process helpers --------------------------------------------------------
 
-read_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  printf '%s\n' "$pid"
-}
-
 # True when the pid file names a live Kafka broker started by this script for this port.
 is_running() {
-  local pid
-  pid="$(read_pid)" || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  local cmd
-  cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
-  [[ "$cmd" == *kafka.Kafka* && "$cmd" == *"$PROPS"* ]]
-}
-
-port_open() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  pid_cmdline_has kafka.Kafka "$PROPS"
 }
 
 # A real Kafka request: list topics through the Admin API.
@@ -115,13 +97,7 @@ answers() {
 }
 
 log_tail() {
-  local f
-  for f in "$LOG_DIR/server.log" "$LOG_DIR/stdout.log"; do
-    if [[ -s "$f" ]]; then
-      log "---- last lines of $f ----"
-      tail -n 40 "$f" >&2 || true
-    fi
-  done
+  tail_logs 40 "$LOG_DIR/server.log" "$LOG_DIR/stdout.log"
 }
 
 random_cluster_id() {
@@ -137,20 +113,11 @@ random_cluster_id() {
 # --- commands ---------------------------------------------------------------
 
 start() {
-  if is_running; then
-    if answers; then
-      log "already running (pid $(read_pid), $BOOTSTRAP)"
-      return 0
-    fi
-    log "pid $(read_pid) is running but not answering; restarting it"
-    stop
+  if already_running "$BOOTSTRAP"; then
+    return 0
   fi
-  if port_open "$KAFKA_PORT"; then
-    die "127.0.0.1:$KAFKA_PORT is already in use by another process"
-  fi
-  if port_open "$KAFKA_CONTROLLER_PORT"; then
-    die "127.0.0.1:$KAFKA_CONTROLLER_PORT (controller) is already in use by another process"
-  fi
+  require_port_free "$KAFKA_PORT"
+  require_port_free "$KAFKA_CONTROLLER_PORT" controller
 
   fetch
   local java
@@ -183,66 +150,19 @@ start() {
 
   local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
   # Cheap wait for the listener first, then a real Kafka request.
-  while ! port_open "$KAFKA_PORT"; do
-    if ! is_running; then
-      log_tail
-      die "broker exited during startup"
-    fi
-    if ((SECONDS >= deadline)); then
-      log_tail
-      die "broker did not open $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s"
-    fi
-    sleep 0.3
-  done
-  until answers; do
-    if ! is_running; then
-      log_tail
-      die "broker exited during startup"
-    fi
-    if ((SECONDS >= deadline)); then
-      log_tail
-      die "broker did not answer on $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s"
-    fi
-    sleep 1
-  done
+  wait_ready "$deadline" 0.3 broker "broker did not open $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s" \
+    port_open "$KAFKA_PORT"
+  wait_ready "$deadline" 1 broker "broker did not answer on $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s" \
+    answers
   log "ready: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid))"
 }
 
 stop() {
-  local pid
-  if ! is_running; then
-    log "not running (port $KAFKA_PORT)"
-    rm -rf "$RUN_DIR"
-    return 0
-  fi
-  pid="$(read_pid)"
-  log "stopping pid $pid"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + KAFKA_STOP_TIMEOUT))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS >= deadline)); then
-      log "still running after ${KAFKA_STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      sleep 0.5
-      break
-    fi
-    sleep 0.3
-  done
-  rm -rf "$RUN_DIR"
-  log "stopped"
+  stop_server "$KAFKA_PORT" "$KAFKA_STOP_TIMEOUT" 0.3
 }
 
 status() {
-  if ! is_running; then
-    log "not running (port $KAFKA_PORT)"
-    return 1
-  fi
-  if answers; then
-    log "running and answering: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid))"
-    return 0
-  fi
-  log "pid $(read_pid) is running but $BOOTSTRAP does not answer"
-  return 1
+  server_status "$KAFKA_PORT" "$BOOTSTRAP" echo "Kafka $KAFKA_VERSION on $BOOTSTRAP"
 }
 
 usage() {

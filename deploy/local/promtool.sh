@@ -12,46 +12,18 @@
 # never started (a temporary policy-rc.d forbids it during the install).
 set -euo pipefail
 
+# shellcheck source=lib.sh source-path=SCRIPTDIR disable=SC1091 # shellcheck -x follows it
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PROM_DIR="$(cd "$HERE/.." && pwd)/prometheus"
-
-log() { printf 'promtool.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
-
-POLICY_RC_D=/usr/sbin/policy-rc.d
-POLICY_RC_D_OURS=""
-
-remove_policy_rc_d() {
-  if [[ -n "$POLICY_RC_D_OURS" ]]; then
-    rm -f "$POLICY_RC_D"
-    POLICY_RC_D_OURS=""
-  fi
-}
 
 install_packages() {
   local missing=()
   command -v promtool >/dev/null || missing+=(prometheus)
   command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
   ((${#missing[@]} == 0)) && return 0
-  [[ "$(id -u)" -eq 0 ]] || die "${missing[*]} missing; run as root (or: apt-get install ${missing[*]})"
-  command -v apt-get >/dev/null || die "${missing[*]} missing and apt-get not available"
-  log "installing ${missing[*]} with apt-get"
-  if [[ ! -e "$POLICY_RC_D" ]]; then
-    printf '#!/bin/sh\n# temporary, from ncclwatch deploy/local/promtool.sh\nexit 101\n' >"$POLICY_RC_D"
-    chmod 755 "$POLICY_RC_D"
-    POLICY_RC_D_OURS=1
-    trap remove_policy_rc_d EXIT
-  fi
-  local apt_opts=(-y -q -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-  export DEBIAN_FRONTEND=noninteractive
-  if ! { apt-get -q -o DPkg::Lock::Timeout=300 update &&
-         apt-get install "${apt_opts[@]}" --no-install-recommends "${missing[@]}"; } \
-       </dev/null >"${TMPDIR:-/tmp}/ncclwatch-promtool-apt.log" 2>&1; then
-    tail -n 30 "${TMPDIR:-/tmp}/ncclwatch-promtool-apt.log" >&2 || true
-    remove_policy_rc_d
-    die "apt-get install ${missing[*]} failed"
-  fi
-  remove_policy_rc_d
+  apt_install "${missing[*]}" "${missing[@]}"
   command -v promtool >/dev/null || die "promtool not found after install"
   command -v amtool >/dev/null || die "amtool not found after install"
 }
