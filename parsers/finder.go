@@ -1,6 +1,10 @@
 package parsers
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
 
 // finderTokens are the substrings a line must hold to be worth parsing:
 // "NCCL" (every NCCL line since 2.3 and every version banner), "INFO " and
@@ -40,6 +44,9 @@ func (f *Finder) toks() [][]byte {
 	}
 	return f.tokens
 }
+
+// Clone returns a finder with the same tokens, for another goroutine.
+func (f *Finder) Clone() pipeline.Finder { return &Finder{tokens: f.tokens} }
 
 // Reset starts a new block.
 func (f *Finder) Reset(block []byte) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 )
 
 // Classifier turns one log line into an NCCL event; parsers.Lines is the
@@ -78,10 +80,12 @@ func (p *Processor) jobOf(rec *Record) string {
 }
 
 // Finder finds candidate lines in a block of text; parsers.Finder is the
-// implementation.
+// implementation. Clone returns an independent finder with the same
+// tokens, for another goroutine.
 type Finder interface {
 	Reset(block []byte)
 	Next(from int) int
+	Clone() Finder
 }
 
 // BlockScanner reads a stream in large blocks and hands fn only the lines
@@ -118,29 +122,71 @@ type chunk struct {
 	buf    []byte
 }
 
-// Scan calls fn for every candidate line (without its newline) with the
-// byte offset where it starts. line is valid only during the call. It
-// returns nil at the end of the input. Three buffers of the block size are
-// all the memory it holds, whatever the input length.
+// Scan calls fn for every candidate line (without its newline), in input
+// order, with the byte offset where it starts. line is valid only during
+// the call. It returns nil at the end of the input. The token search runs
+// on up to four goroutines (one block each, a clone of the finder per
+// goroutine) while fn is called from Scan's own goroutine, so fn needs no
+// locking. A few buffers of the block size are all the memory it holds,
+// whatever the input length.
 func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
-	free := make(chan []byte, 3)
+	workers := max(1, min(runtime.GOMAXPROCS(0), 4))
+	free := make(chan []byte, workers+2)
 	for i := 0; i < cap(free); i++ {
 		free <- make([]byte, s.size)
 	}
-	work := make(chan chunk, 2)
+	type found struct {
+		spans     [][2]int
+		oversized int64
+	}
+	type job struct {
+		c   chunk
+		out chan found
+	}
+	chunks := make(chan chunk, 1)
+	order := make(chan job, cap(free))
+	work := make(chan job, cap(free))
 	type result struct {
 		oversized int64
 		err       error
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := s.produce(free, work)
+		n, err := s.produce(free, chunks)
 		done <- result{n, err}
 	}()
-	for c := range work {
-		s.lines(c.region, c.base, fn)
-		free <- c.buf
+	go func() {
+		// Hand each chunk to the workers and, in the same order, to the
+		// caller's loop.
+		for c := range chunks {
+			j := job{c: c, out: make(chan found, 1)}
+			order <- j
+			work <- j
+		}
+		close(order)
+		close(work)
+	}()
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		f := s.find.Clone()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				spans, over := s.spans(f, j.c.region)
+				j.out <- found{spans, over}
+			}
+		}()
 	}
+	for j := range order {
+		r := <-j.out
+		for _, sp := range r.spans {
+			fn(j.c.region[sp[0]:sp[1]], j.c.base+int64(sp[0]))
+		}
+		s.Oversized += r.oversized
+		free <- j.c.buf
+	}
+	wg.Wait()
 	res := <-done
 	s.Oversized += res.oversized
 	return res.err
@@ -207,13 +253,15 @@ func (s *BlockScanner) produce(free chan []byte, work chan<- chunk) (oversized i
 	}
 }
 
-func (s *BlockScanner) lines(region []byte, base int64, fn func([]byte, int64)) {
-	s.find.Reset(region)
+// spans finds the candidate lines of region: [start, end) pairs, and the
+// number of candidate lines over the cap (skipped).
+func (s *BlockScanner) spans(f Finder, region []byte) (out [][2]int, oversized int64) {
+	f.Reset(region)
 	pos := 0
 	for {
-		h := s.find.Next(pos)
+		h := f.Next(pos)
 		if h < 0 {
-			return
+			return out, oversized
 		}
 		start := bytes.LastIndexByte(region[:h], '\n') + 1
 		end := len(region)
@@ -221,13 +269,13 @@ func (s *BlockScanner) lines(region []byte, base int64, fn func([]byte, int64)) 
 			end = h + e
 		}
 		if end-start > s.max {
-			s.Oversized++
+			oversized++
 		} else {
-			fn(region[start:end], base+int64(start))
+			out = append(out, [2]int{start, end})
 		}
 		pos = end + 1
 		if pos >= len(region) {
-			return
+			return out, oversized
 		}
 	}
 }

@@ -16,6 +16,7 @@ type tokenFinder struct {
 }
 
 func (f *tokenFinder) Reset(b []byte) { f.block = b }
+func (f *tokenFinder) Clone() Finder  { return &tokenFinder{tok: f.tok} }
 func (f *tokenFinder) Next(from int) int {
 	if from >= len(f.block) {
 		return -1
