@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -329,6 +330,26 @@ func printTable(w io.Writer, res scanResult) {
 	}
 	fmt.Fprintf(w, "nccl version %s, %d WARN lines, %d NCCL lines in %d bytes\n", strOrDash(s.NCCLVersion), s.Warns,
 		res.Input.NCCLLines, res.Input.Bytes)
+	for _, t := range res.NCCLTests {
+		fmt.Fprintf(w, "nccl-tests %s: %s ranks on %s hosts, %d rows up to %s bytes, avg bus bandwidth %s GB/s, busbw at the largest size %s GB/s\n",
+			strOrDash(t.Collective), intOrDash(t.NRanks), intOrDash(t.Hosts), t.Rows, int64OrDash(t.MaxBytes),
+			floatOrDash(t.AvgBusBW), floatOrDash(t.MaxSizeBusBWOOP))
+	}
+	for _, tr := range res.Training {
+		fmt.Fprintf(w, "training %s: %d step lines (steps %s to %s), median step time %s s, last %s s",
+			tr.Framework, tr.Steps, int64OrDash(tr.FirstStep), int64OrDash(tr.LastStep),
+			floatOrDash(tr.MedianStepTime), floatOrDash(tr.LastStepTime))
+		if tr.TokensPerSLast != nil {
+			fmt.Fprintf(w, ", %s tokens/s", floatOrDash(tr.TokensPerSLast))
+		}
+		if tr.SamplesPerSLast != nil {
+			fmt.Fprintf(w, ", %s samples/s", floatOrDash(tr.SamplesPerSLast))
+		}
+		if tr.MFULast != nil {
+			fmt.Fprintf(w, ", MFU %s %%", floatOrDash(tr.MFULast))
+		}
+		fmt.Fprintln(w)
+	}
 	if res.Input.Oversized > 0 || res.Input.Malformed > 0 {
 		fmt.Fprintf(w, "skipped: %d oversized lines, %d malformed records\n", res.Input.Oversized, res.Input.Malformed)
 	}
@@ -339,6 +360,20 @@ func intOrDash(p *int) string {
 		return "-"
 	}
 	return fmt.Sprint(*p)
+}
+
+func int64OrDash(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func floatOrDash(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*p, 'g', 6, 64)
 }
 
 func strOrDash(p *string) string {

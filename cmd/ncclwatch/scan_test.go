@@ -103,3 +103,19 @@ func TestScanJSONContract(t *testing.T) {
 		t.Errorf("summary = %v", sum)
 	}
 }
+
+// TestScanTablePrintsTelemetry checks the human-readable report shows the
+// nccl-tests and training figures found.
+func TestScanTablePrintsTelemetry(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "telemetry")
+	var out, errOut bytes.Buffer
+	runScan([]string{"--no-progress", filepath.Join(dir, "017_nccltests_allreduce_a100_oci_roce_2node_16rank_single_10GiB_row.log"),
+		filepath.Join(dir, "026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log")},
+		strings.NewReader(""), &out, &errOut)
+	for _, want := range []string{"nccl-tests all_reduce_perf: 16 ranks on 2 hosts", "avg bus bandwidth 220.921 GB/s",
+		"training megatron: 5 step lines (steps 20 to 100)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("scan output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
