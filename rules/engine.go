@@ -305,17 +305,9 @@ func (e *Engine) Forget(key string) {
 func (e *Engine) ObserveActivity(a Activity) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := pipeline.JobKey(a.Cluster, a.Namespace, a.Job)
-	s := e.subjects[key]
+	s := e.subjectOrNew(a.Cluster, a.Namespace, a.Job)
 	if s == nil {
-		if e.activityOnly() >= e.cfg.MaxSubjects {
-			if e.m != nil {
-				e.m.SubjectsDropped.Inc()
-			}
-			return
-		}
-		s = &subject{key: key, cluster: a.Cluster, namespace: a.Namespace, job: a.Job}
-		e.subjects[key] = s
+		return
 	}
 	act := &s.act
 	if act.nodes == nil {
@@ -339,6 +331,25 @@ func (e *Engine) ObserveActivity(a Activity) {
 	}
 }
 
+// subjectOrNew returns the job's subject, creating it unless the jobs held
+// without a summary already number Config.MaxSubjects (then nil, counted
+// as dropped). Called with e.mu held.
+func (e *Engine) subjectOrNew(cluster, namespace, job string) *subject {
+	key := pipeline.JobKey(cluster, namespace, job)
+	if s := e.subjects[key]; s != nil {
+		return s
+	}
+	if e.activityOnly() >= e.cfg.MaxSubjects {
+		if e.m != nil {
+			e.m.SubjectsDropped.Inc()
+		}
+		return nil
+	}
+	s := &subject{key: key, cluster: cluster, namespace: namespace, job: job}
+	e.subjects[key] = s
+	return s
+}
+
 func (e *Engine) activityOnly() int {
 	n := 0
 	for _, s := range e.subjects {
@@ -357,17 +368,9 @@ func (e *Engine) activityOnly() int {
 func (e *Engine) ObserveTelemetry(t Telemetry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := pipeline.JobKey(t.Cluster, t.Namespace, t.Job)
-	s := e.subjects[key]
+	s := e.subjectOrNew(t.Cluster, t.Namespace, t.Job)
 	if s == nil {
-		if e.activityOnly() >= e.cfg.MaxSubjects {
-			if e.m != nil {
-				e.m.SubjectsDropped.Inc()
-			}
-			return
-		}
-		s = &subject{key: key, cluster: t.Cluster, namespace: t.Namespace, job: t.Job}
-		e.subjects[key] = s
+		return
 	}
 	if s.tel == nil {
 		s.tel = &jobTelemetry{}
