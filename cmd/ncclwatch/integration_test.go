@@ -592,6 +592,34 @@ func (p *process) dump() string {
 	return "---- " + p.log + " ----\n" + tail(string(b), 40)
 }
 
+// writeRunConfig writes the YAML config a `ncclwatch run` subprocess of the
+// test uses (fast rebalances, migrations at start, /metrics on a free port)
+// with pipelineYAML appended, and returns its path and the HTTP address.
+func writeRunConfig(t *testing.T, e *itEnv, dir, chAddr, pipelineYAML string) (config, addr string) {
+	t.Helper()
+	port := freePort(t)
+	config = filepath.Join(dir, "ncclwatch.yaml")
+	yaml := fmt.Sprintf(`kafka:
+  brokers: [%q]
+  topics: [%q]
+  group_id: %q
+  max_wait: 100ms
+  heartbeat_interval: 500ms
+  session_timeout: 6s
+  rebalance_timeout: 10s
+clickhouse:
+  addr: [%q]
+  database: %s
+http:
+  listen: 127.0.0.1:%d
+migrate: true
+`, e.brokers[0], e.topic, e.group, chAddr, e.db, port) + pipelineYAML
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config, fmt.Sprintf("127.0.0.1:%d", port)
+}
+
 // TestIntegrationKillAndRestart kills `ncclwatch run` with SIGKILL while it
 // consumes a mixed stream of many jobs, restarts it in the same group, and
 // checks that storage shows every job once with the uninterrupted verdict
@@ -610,31 +638,11 @@ func TestIntegrationKillAndRestart(t *testing.T) {
 		lines += w.Version
 	}
 
-	port := freePort(t)
-	config := filepath.Join(dir, "ncclwatch.yaml")
-	yaml := fmt.Sprintf(`kafka:
-  brokers: [%q]
-  topics: [%q]
-  group_id: %q
-  max_wait: 100ms
-  heartbeat_interval: 500ms
-  session_timeout: 6s
-  rebalance_timeout: 10s
-clickhouse:
-  addr: [%q]
-  database: %s
-pipeline:
+	config, addr := writeRunConfig(t, e, dir, chAddr, `pipeline:
   batch:
     max_rows: 200
     max_wait: 100ms
-http:
-  listen: 127.0.0.1:%d
-migrate: true
-`, brokers[0], e.topic, e.group, chAddr, e.db, port)
-	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+`)
 	logPath := filepath.Join(dir, "run.log")
 	first := startProcess(t, bin, config, logPath, addr)
 
@@ -1154,32 +1162,12 @@ func TestIntegrationSIGTERM(t *testing.T) {
 	e := newITEnv(t, brokers, chAddr, 2)
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
-	port := freePort(t)
-	config := filepath.Join(dir, "ncclwatch.yaml")
-	yaml := fmt.Sprintf(`kafka:
-  brokers: [%q]
-  topics: [%q]
-  group_id: %q
-  max_wait: 100ms
-  heartbeat_interval: 500ms
-  session_timeout: 6s
-  rebalance_timeout: 10s
-clickhouse:
-  addr: [%q]
-  database: %s
-pipeline:
+	config, addr := writeRunConfig(t, e, dir, chAddr, `pipeline:
   batch:
     max_rows: 1000000
     max_wait: 1m
   shutdown_timeout: 15s
-http:
-  listen: 127.0.0.1:%d
-migrate: true
-`, brokers[0], e.topic, e.group, chAddr, e.db, port)
-	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+`)
 	p := startProcess(t, bin, config, filepath.Join(dir, "run.log"), addr)
 
 	path := corpusPath("107_silent_socket_fallback_cross_dc_h100nvl_a100_16rank_nccl2.26.2.log")
