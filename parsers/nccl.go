@@ -202,7 +202,7 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 				ev.Flags |= pipeline.FlagEnabled
 			}
 			return
-		case hasPrefix(msg, "NVLS comm "):
+		case hasPrefix(msg, "NVLS comm "), hasPrefix(msg, "NVLS Trees "):
 			ev.Kind = pipeline.EventNVLS
 			ev.Flags |= pipeline.FlagEnabled | pipeline.FlagNVLSTree
 			return
@@ -216,8 +216,8 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventNetwork
 			ev.Name = trimSpace(msg[len("Using network "):])
 			return
-		case hasPrefix(msg, "Using internal Network "):
-			// 2.2/2.3 wording (corpus 101, 102).
+		case hasPrefix(msg, "Using internal Network "), hasPrefix(msg, "Using external Network "):
+			// 2.2/2.3 wording (corpus 101, 102); "external" is a net plugin.
 			ev.Kind = pipeline.EventNetwork
 			ev.Name = trimSpace(msg[len("Using internal Network "):])
 			return
@@ -225,7 +225,14 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 	case 'B':
 		if hasPrefix(msg, "Bootstrap : Using ") || hasPrefix(msg, "Bootstrap: Using ") {
 			ev.Kind = pipeline.EventBootstrap
-			parseIfaceIP(msg[bytes.Index(msg, []byte("Using "))+len("Using "):], ev)
+			b := trimSpace(msg[bytes.Index(msg, []byte("Using "))+len("Using "):])
+			if c := bytes.IndexByte(b, ':'); c > 0 && bytes.IndexByte(b, '<') < 0 && isNumber(b[c+1:]) {
+				// ≥ 2.24 with NCCL_OOB_NET_ENABLE: "Bootstrap: Using mlx5_0:1"
+				// names a net device and port, not an interface and address.
+				ev.Name = b[:c]
+				return
+			}
+			parseIfaceIP(b, ev)
 			return
 		}
 	case 'C':
@@ -254,12 +261,34 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventConnected
 			ev.Flags |= pipeline.FlagNVLSTree
 			return
-		case hasPrefix(msg, "CollNet "):
+		case hasPrefix(msg, "CollNet ") && len(msg) > 8 && isDigit(msg[8]), hasPrefix(msg, "Coll ") && len(msg) > 5 && isDigit(msg[5]):
+			// "CollNet 05/0 : 5 [receive] via COLLNET/SHARP/5/GDRDMA" (corpus
+			// 041); "Coll 05 : 5 [send] via COLLNET/…" in 2.6–2.8. Other
+			// "CollNet …" lines say why CollNet is off ("CollNet currently only
+			// supports up to 8 GPUs per node, disabling CollNet").
 			ev.Kind = pipeline.EventCollNet
 			if bytes.Contains(msg, []byte("/GDRDMA")) {
 				ev.Flags |= pipeline.FlagGDR
 			}
 			return
+		case hasPrefix(msg, "Collnet Chains"), hasPrefix(msg, "Connected Collnet Chains"), hasPrefix(msg, "Connected collnet"):
+			// CollNet chains set up (2.14–2.21 "Collnet Chains …", "Connected
+			// collnet + chain"; 2.22+ "Connected Collnet Chains …").
+			ev.Kind = pipeline.EventCollNet
+			return
+		case hasPrefix(msg, "CommRevokeAsync "):
+			// 2.28.7+: "CommRevokeAsync START comm 0x… rank 3 nRanks 16 nNodes 2 …".
+			if parseComm(msg, ev) {
+				return
+			}
+		case hasPrefix(msg, "Count not open "):
+			// 2.30.3+ prints "Count not open <lib>" (sic) for each verbs
+			// library it tries; libibverbs.so.1 is the last one, so failing it
+			// means no verbs (2.11–2.29 said "Failed to open libibverbs.so[.1]").
+			if bytes.HasSuffix(msg, []byte("libibverbs.so.1")) && bytes.IndexByte(msg[len("Count not open "):], '/') < 0 {
+				ev.Kind = pipeline.EventNoVerbs
+				return
+			}
 		}
 	case 'R':
 		if hasPrefix(msg, "Ring ") {
@@ -279,7 +308,8 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			return
 		}
 	case 'S':
-		if hasPrefix(msg, "SHARP rank ") {
+		if hasPrefix(msg, "SHARP rank ") || hasPrefix(msg, "Sharp rank ") {
+			// nccl-rdma-sharp-plugins: "Sharp rank" up to v2.1, "SHARP rank" after.
 			ev.Kind = pipeline.EventCollNet
 			return
 		}
@@ -326,6 +356,12 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 		}
 	case 'r':
 		// 2.2/2.3 "rank 0 nranks 4" (corpus 101).
+		if hasPrefix(msg, "rank ") && bytes.HasSuffix(msg, []byte(" Connected CollNet")) {
+			// 2.9+: "rank 3 Connected CollNet".
+			ev.Kind = pipeline.EventCollNet
+			ev.Rank = leadingInt(msg[len("rank "):])
+			return
+		}
 		if hasPrefix(msg, "rank ") && bytes.Contains(msg, []byte(" nranks ")) {
 			ev.Kind = pipeline.EventComm
 			parseKV(msg, ev)
@@ -380,6 +416,9 @@ func parseEnv(msg []byte, ev *pipeline.Event) bool {
 		v = rest[len(" set by environment to "):]
 	case hasPrefix(rest, " set to "):
 		v = rest[len(" set to "):]
+	case hasPrefix(rest, " set from environment to "):
+		// 2.6.4's wording for string parameters.
+		v = rest[len(" set from environment to "):]
 	default:
 		return false
 	}
@@ -444,15 +483,18 @@ func parseNetOther(rest []byte, ev *pipeline.Event) bool {
 		ev.Name = name
 		parseIfaceIP(body[len("Using "):], ev)
 		return true
-	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")):
+	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")),
+		bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ") || hasPrefix(body, "Using aws-ofi-nccl")):
+		// aws-ofi-nccl also says it initialized with "Selected Provider is
+		// efa" (v0.9–v1.13), "Selected provider is efa, fabric is efa"
+		// (v1.14+) and "Using aws-ofi-nccl 1.6.0" (v1.1.4–v1.7.0).
 		// NET/gIB : Initializing gIB v1.0.6 ; NET/FastSocket plugin initialized ;
 		// NET/FasTrak <ts>: Initializing network FasTrak (corpus 047, 034, 052).
+		// The name is kept as printed ("OFI" for aws-ofi-nccl, which the
+		// assembler maps to "AWS Libfabric"); a constant here would allocate
+		// and would not alias the line.
 		ev.Kind = pipeline.EventPluginLoaded
-		if bytes.Equal(name, []byte("OFI")) {
-			ev.Name = []byte("AWS Libfabric")
-		} else {
-			ev.Name = name
-		}
+		ev.Name = name
 		return true
 	}
 	return false
@@ -475,16 +517,37 @@ func parsePlugin(msg []byte, ev *pipeline.Event) {
 		// A plugin was found and rejected (2.19.3, corpus 058), or failed to
 		// load for another reason than being absent.
 		ev.Kind = pipeline.EventPluginFailed
+	case pluginLibError(msg):
+		// ≥ 2.28: "NET/Plugin: libnccl-net.so: <dlerror>" when the library
+		// exists but does not load (absent libraries are listed as "Could not
+		// find: …" instead).
+		ev.Kind = pipeline.EventPluginFailed
 	default:
 		ev.Kind = pipeline.EventOther
 	}
+}
+
+// pluginLibError reports whether msg is "NET/Plugin: <lib>.so…: <error>".
+func pluginLibError(msg []byte) bool {
+	rest := msg[len("NET/Plugin"):]
+	if !hasPrefix(rest, ": ") {
+		return false
+	}
+	rest = rest[2:]
+	c := bytes.Index(rest, []byte(": "))
+	if c <= 0 {
+		return false
+	}
+	lib := rest[:c]
+	return bytes.IndexByte(lib, ' ') < 0 && bytes.Contains(lib, []byte(".so"))
 }
 
 // parseGDR reads "GPU Direct RDMA Enabled|Disabled for HCA n 'dev'" and the
 // per-GPU "… for GPU 81000 / HCA 1 (distance 6 <= 7), read 0" forms.
 func parseGDR(msg []byte, ev *pipeline.Event) {
 	ev.Kind = pipeline.EventGDR
-	if bytes.Contains(msg, tokGDREnable) {
+	if bytes.Contains(msg, tokGDREnable) || bytes.Contains(msg, []byte(") enabled for ")) {
+		// nccl-rdma-sharp-plugins: "GPU Direct RDMA (DMABUF) enabled for HCA 0 'mlx5_0".
 		ev.Flags |= pipeline.FlagEnabled
 	}
 	if i := bytes.Index(msg, []byte(" for HCA ")); i >= 0 {
@@ -494,6 +557,9 @@ func parseGDR(msg []byte, ev *pipeline.Event) {
 			n := msg[i+q+1:]
 			if e := bytes.IndexByte(n, '\''); e >= 0 {
 				ev.Name = n[:e]
+			} else {
+				// The sharp plugin's format lacks the closing quote.
+				ev.Name = n
 			}
 		}
 	}
@@ -598,8 +664,16 @@ func parseConnection(b []byte, ev *pipeline.Event) {
 		ev.Transport = pipeline.TransportP2PIPC
 	case hasPrefix(t, "P2P/CUMEM"):
 		ev.Transport = pipeline.TransportP2PCUMEM
-	case hasPrefix(t, "P2P/direct pointer"), hasPrefix(t, "P2P/direct"):
+	case hasPrefix(t, "P2P/direct pointer"), hasPrefix(t, "P2P/direct"), hasPrefix(t, "P2P/common device"):
+		// "common device" (≤ 2.7): two ranks on one GPU.
 		ev.Transport = pipeline.TransportP2PDirect
+	case hasPrefix(t, "P2P/MNNVL"):
+		// ≥ 2.20: P2P over a multi-node NVLink domain (the peer may be on
+		// another node).
+		ev.Transport = pipeline.TransportP2PMNNVL
+	case hasPrefix(t, "P2P/indirect"):
+		// ≥ 2.8: "P2P/indirect/4[4]", relayed through another GPU.
+		ev.Transport = pipeline.TransportP2PIndirect
 	case hasPrefix(t, "SHM"), hasPrefix(t, "direct shared memory"):
 		ev.Transport = pipeline.TransportSHM
 	case hasPrefix(t, "NVLS"):
