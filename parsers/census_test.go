@@ -266,6 +266,7 @@ var censusCases = map[string]censusCase{
 	"ring_order":       censusRingOrder,
 	"trees":            censusTrees,
 	"nvls":             censusNVLS,
+	"nvls_setup":       only(pipeline.EventOther),
 	"connected":        censusConnected,
 	"comm_nodes":       censusComm,
 	"comm":             censusComm,
@@ -823,20 +824,28 @@ func censusNetTrace(t *testing.T, f censusFormat) []censusVariant {
 	}
 }
 
-// censusLine prefixes a rendered message as NCCL prints it (src/debug.cc).
-func censusLine(f censusFormat, msg string) string {
+// censusLines prefixes a rendered message as NCCL prints it (src/debug.cc):
+// INFO "host:pid:tid [dev] NCCL INFO msg"; WARN with the source location,
+// "(func)" after it in 2.30, and the default "[%F %T] " timestamp that WARN
+// lines carry since 2.26.
+func censusLines(f censusFormat, msg string) []string {
+	const hdr = "ip-172-31-0-11:4123:4190 [3] "
 	switch f.Level {
 	case "BANNER":
-		return msg
+		return []string{msg}
 	case "WARN":
 		if f.Source == "aws-ofi-nccl" {
-			return "ip-172-31-0-11:4123:4190 [3] nccl_net_ofi_init:1354 NCCL WARN " + msg
+			return []string{hdr + "nccl_net_ofi_init:1354 NCCL WARN " + msg}
 		}
-		return "ip-172-31-0-11:4123:4190 [3] transport/net_ib.cc:812 NCCL WARN " + msg
+		return []string{
+			hdr + "transport/net_ib.cc:812 NCCL WARN " + msg,
+			"[2026-07-28 11:09:08] " + hdr + "transport/net_ib.cc:812 NCCL WARN " + msg,
+			"[2026-07-28 11:09:08] " + hdr + "plugin/net.cc:335 (ncclNetInit) NCCL WARN " + msg,
+		}
 	case "PART":
-		return "ip-172-31-0-11:4123:4190 [3] NCCL INFO " + msg + "   0   1   2   3"
+		return []string{hdr + "NCCL INFO " + msg + "   0   1   2   3"}
 	}
-	return "ip-172-31-0-11:4123:4190 [3] NCCL INFO " + msg
+	return []string{hdr + "NCCL INFO " + msg}
 }
 
 func TestCensus(t *testing.T) {
@@ -866,30 +875,31 @@ func TestCensus(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				line := censusLine(f, msg)
-				lines++
-				t.Run(v.name, func(t *testing.T) {
-					for i := 0; i < 2; i++ { // twice: no state left over
-						if !p.Parse([]byte(line), &ev) {
-							t.Fatalf("Parse(%q) = false; want true", line)
-						}
-						v.want(t, &ev)
-						if f.Level != "BANNER" {
-							if string(ev.Host) != "ip-172-31-0-11" || string(ev.PID) != "4123" || ev.Dev != 3 {
-								t.Errorf("Parse(%q) header = %q:%q [%d]; want ip-172-31-0-11:4123 [3]", line, ev.Host, ev.PID, ev.Dev)
+				for li, line := range censusLines(f, msg) {
+					lines++
+					t.Run(fmt.Sprintf("%s/%d", v.name, li), func(t *testing.T) {
+						for i := 0; i < 2; i++ { // twice: no state left over
+							if !p.Parse([]byte(line), &ev) {
+								t.Fatalf("Parse(%q) = false; want true", line)
 							}
-							if got, want := ev.IsWarn(), f.Level == "WARN"; got != want {
-								t.Errorf("Parse(%q) IsWarn = %v; want %v", line, got, want)
+							v.want(t, &ev)
+							if f.Level != "BANNER" {
+								if string(ev.Host) != "ip-172-31-0-11" || string(ev.PID) != "4123" || ev.Dev != 3 {
+									t.Errorf("Parse(%q) header = %q:%q [%d]; want ip-172-31-0-11:4123 [3]", line, ev.Host, ev.PID, ev.Dev)
+								}
+								if got, want := ev.IsWarn(), f.Level == "WARN"; got != want {
+									t.Errorf("Parse(%q) IsWarn = %v; want %v", line, got, want)
+								}
+							}
+							if !Candidate([]byte(line)) {
+								t.Errorf("Candidate(%q) = false for an NCCL line", line)
 							}
 						}
-						if !Candidate([]byte(line)) {
-							t.Errorf("Candidate(%q) = false for an NCCL line", line)
+						if t.Failed() {
+							t.Logf("census %s (%s %s..%s): %q", f.ID, f.Source, f.First, f.Last, line)
 						}
-					}
-					if t.Failed() {
-						t.Logf("census %s (%s %s..%s): %q", f.ID, f.Source, f.First, f.Last, line)
-					}
-				})
+					})
+				}
 			}
 		})
 	}
@@ -1007,7 +1017,9 @@ func TestCensusAllocs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines = append(lines, []byte(censusLine(f, msg)))
+			for _, l := range censusLines(f, msg) {
+				lines = append(lines, []byte(l))
+			}
 		}
 	}
 	var p NCCL

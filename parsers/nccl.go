@@ -261,11 +261,13 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventConnected
 			ev.Flags |= pipeline.FlagNVLSTree
 			return
-		case hasPrefix(msg, "CollNet ") && len(msg) > 8 && isDigit(msg[8]), hasPrefix(msg, "Coll ") && len(msg) > 5 && isDigit(msg[5]):
+		case hasPrefix(msg, "CollNet ") && len(msg) > 8 && (isDigit(msg[8]) || msg[8] == '['), hasPrefix(msg, "CollNet Channel "),
+			hasPrefix(msg, "Coll ") && len(msg) > 5 && isDigit(msg[5]):
 			// "CollNet 05/0 : 5 [receive] via COLLNET/SHARP/5/GDRDMA" (corpus
-			// 041); "Coll 05 : 5 [send] via COLLNET/…" in 2.6–2.8. Other
-			// "CollNet …" lines say why CollNet is off ("CollNet currently only
-			// supports up to 8 GPUs per node, disabling CollNet").
+			// 041); "Coll 05 : 5 [send] via COLLNET/…", "CollNet [send] : rank
+			// …" and "CollNet Channel 0 rank 3 up …" in 2.6–2.8. Other "CollNet
+			// …" lines say why CollNet is off ("CollNet currently only supports
+			// up to 8 GPUs per node, disabling CollNet", 2.9–2.22).
 			ev.Kind = pipeline.EventCollNet
 			if bytes.Contains(msg, []byte("/GDRDMA")) {
 				ev.Flags |= pipeline.FlagGDR

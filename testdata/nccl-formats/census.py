@@ -29,11 +29,13 @@ RULES = [
     ('plugin_probe', LOG, r'Failed to find nccl(Net|CollNet)Plugin(_v\d+)? symbol|Failed to find %s symbol'
         r'|Plugin name set by env|^Plugin Path|Loaded coll(net)? plugin|^External network plugin'),
     ('connection', LOG, r' via (NET|P2P|SHM)/| via direct shared memory'),
-    ('collnet', LOG, r' via COLLNET/|^SHARP rank|^Sharp rank|Connected CollNet|^Connected [Cc]ollnet|^Collnet Chains'),
-    ('collnet_off', LOG, r'disabling CollNet|^Cannot initialize CollNet'),
+    ('collnet', LOG, r' via COLLNET/|^SHARP rank|^Sharp rank|Connected CollNet|^Connected [Cc]ollnet|^Collnet Chains'
+        r'|^CollNet \[(send|recv)\] : |^CollNet Channel %d'),
+    ('collnet_off', LOG, r'disabling CollNet|^Cannot initialize CollNet|^CollNet is not supported|^CollNet currently only supports'),
     ('ring_order', ('sprintf', 'snprintf'), r'^Channel %02d(/%02d)? : ?$'),
     ('trees', LOG, r'^Trees%s$|^Tree %d : |^Ring %02d : %d -> %d -> %d$'),
     ('nvls', LOG, r'^NVLS multicast support|^NVLS comm |^NVLS Trees'),
+    ('nvls_setup', LOG, r'^NVLS Creat(ing|ed) Multicast group'),
     ('connected', LOG, r'^Connected (all rings|all trees|NVLS tree)'),
     ('comm_nodes', LOG, r'nNodes %d localRanks'),
     ('comm', LOG, r'^(%s |\[Rank %d\] %s |ncclComm\w+ |CommRevokeAsync START )?comm %p rank %d n[Rr]anks|^rank %d nranks %d$|^nranks %d$|^bootstrapSplit'),
