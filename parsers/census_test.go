@@ -217,6 +217,20 @@ type censusVariant struct {
 	want func(t *testing.T, ev *pipeline.Event)
 }
 
+// lines renders f with v's values and prefixes it as NCCL prints it.
+func (v censusVariant) lines(t *testing.T, f censusFormat) []string {
+	t.Helper()
+	val := v.val
+	if val == nil {
+		val = defaultValue
+	}
+	msg, err := renderC(f.Format, val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return censusLines(f, msg)
+}
+
 // strs renders the %s conversions from a list (in order) and the others
 // with defaultValue.
 func strs(s ...string) func(string, cConv) any {
@@ -867,15 +881,7 @@ func TestCensus(t *testing.T) {
 				t.Fatalf("case for kind %s gave no variant for %q", f.Kind, f.Format)
 			}
 			for _, v := range vs {
-				val := v.val
-				if val == nil {
-					val = defaultValue
-				}
-				msg, err := renderC(f.Format, val)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for li, line := range censusLines(f, msg) {
+				for li, line := range v.lines(t, f) {
 					lines++
 					t.Run(fmt.Sprintf("%s/%d", v.name, li), func(t *testing.T) {
 						for i := 0; i < 2; i++ { // twice: no state left over
@@ -1009,15 +1015,7 @@ func TestCensusAllocs(t *testing.T) {
 			continue // TestCensus reports it
 		}
 		for _, v := range c(t, f) {
-			val := v.val
-			if val == nil {
-				val = defaultValue
-			}
-			msg, err := renderC(f.Format, val)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range censusLines(f, msg) {
+			for _, l := range v.lines(t, f) {
 				lines = append(lines, []byte(l))
 			}
 		}
