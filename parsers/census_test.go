@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,6 +271,7 @@ var censusCases = map[string]censusCase{
 	"noverbs":          censusNoVerbs,
 	"plugin_loaded":    censusPluginLoaded,
 	"plugin_nondevice": only(pipeline.EventOther),
+	"plugin_not_net":   only(pipeline.EventOther),
 	"plugin_assigned":  only(pipeline.EventOther),
 	"plugin_failed":    censusPluginFailed,
 	"plugin_absent":    only(pipeline.EventOther),
@@ -1027,4 +1029,113 @@ func TestCensusAllocs(t *testing.T) {
 			t.Errorf("Parse(%q): %v allocations; want 0", l, a)
 		}
 	}
+}
+
+// matchC reports whether s could have been printed by the C format f: the
+// literal parts appear in order, conversions match any text.
+func matchC(f, s string) bool {
+	f = unescapeC(f)
+	var parts []string
+	var lit strings.Builder
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' {
+			lit.WriteByte(f[i])
+			continue
+		}
+		if i+1 < len(f) && f[i+1] == '%' {
+			lit.WriteByte('%')
+			i++
+			continue
+		}
+		parts = append(parts, lit.String())
+		lit.Reset()
+		for i+1 < len(f) && strings.IndexByte("diuxXoscfegp", f[i+1]) < 0 {
+			i++
+		}
+		i++
+	}
+	parts = append(parts, lit.String())
+	return matchParts(parts, s, true)
+}
+
+func matchParts(parts []string, s string, first bool) bool {
+	if len(parts) == 1 {
+		if first {
+			return s == parts[0]
+		}
+		return strings.HasSuffix(s, parts[0])
+	}
+	p := parts[0]
+	if first {
+		if !strings.HasPrefix(s, p) {
+			return false
+		}
+		return matchParts(parts[1:], s[len(p):], false)
+	}
+	for i := 0; i+len(p) <= len(s); i++ {
+		if s[i:i+len(p)] == p && matchParts(parts[1:], s[i+len(p):], false) {
+			return true
+		}
+	}
+	return false
+}
+
+// closedPlugins print lines no public source has (NCCL-FORMATS.md §4f).
+var closedPlugins = []string{"NET/FasTrak ", "NET/gIB ", "NET/GPUDirectTCPX ", "NET/TCPX"}
+
+// TestCensusCoversCorpus checks the census from the other side: every real
+// corpus line the parser reads a fact from was printed by a census format,
+// unless it comes from a plugin whose source is not public.
+func TestCensusCoversCorpus(t *testing.T) {
+	rows := loadCensus(t)
+	var p NCCL
+	var ev pipeline.Event
+	miss := map[string]int{}
+	n, closed := 0, 0
+	eachCorpusLine(t, func(line []byte) {
+		rest, _ := StripPrefix(line)
+		if !p.Parse(rest, &ev) {
+			return
+		}
+		switch ev.Kind {
+		case pipeline.EventOther, pipeline.EventWarn, pipeline.EventTestRank:
+			return
+		}
+		s := string(rest)
+		if i := strings.Index(s, "NCCL INFO "); i >= 0 {
+			s = s[i+len("NCCL INFO "):]
+		} else if i := strings.Index(s, "NCCL WARN "); i >= 0 {
+			s = s[i+len("NCCL WARN "):]
+		} else if !strings.HasPrefix(s, "NCCL version") {
+			// A framework quoting the version ("NCCL error: …, NCCL version
+			// 2.22.3", PyTorch) is not an NCCL format.
+			return
+		}
+		s = strings.TrimRight(s, " \r")
+		n++
+		for _, r := range rows {
+			if matchC(r.Format, s) || (r.Level == "PART" && matchC(r.Format+"%s", s)) {
+				return
+			}
+		}
+		for _, c := range closedPlugins {
+			if strings.HasPrefix(s, c) {
+				closed++
+				return
+			}
+		}
+		miss[ev.Kind.String()+" | "+s]++
+	})
+	var keys []string
+	for k := range miss {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Errorf("corpus fact line printed by no census format (%d×): %s", miss[k], k)
+	}
+	if n < 500 {
+		t.Fatalf("only %d corpus fact lines; want at least 500", n)
+	}
+	t.Logf("%d corpus fact lines: %d match a census format, %d from closed-source plugins", n, n-closed-len(keys), closed)
 }

@@ -315,7 +315,11 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventCollNet
 			return
 		}
-		if hasPrefix(msg, "Successfully loaded external") {
+		if hasPrefix(msg, "Successfully loaded external plugin ") || hasPrefix(msg, "Successfully loaded external network plugin ") {
+			// 2.27 "external plugin", 2.28+ "external network plugin"; the
+			// tuner, profiler, env and GIN plugins (2.28+) print "external
+			// tuner plugin …" — aws-ofi-nccl's library is also a tuner
+			// (corpus 080) — and are no net plugin.
 			ev.Kind = pipeline.EventPluginLoaded
 			return
 		}

@@ -21,6 +21,7 @@ RULES = [
     ('noverbs', LOG, r'^Failed to open libibverbs|^Count not open %s$'),
     ('plugin_loaded', LOG, r'Loaded net plugin|^Initialized NET plugin|^Successfully loaded external (network )?plugin'
         r'|^NET/FastSocket plugin initialized|^P2P plugin|^NET/OFI (Initializing|Using) %s$|^NET/OFI Selected [Pp]rovider'),
+    ('plugin_not_net', LOG, r'^Successfully loaded external (tuner|profiler|env|gin) plugin'),
     ('plugin_nondevice', LOG, r'^Using (non-device|NCCL_NET_DEVICE_UNPACK) net plugin'),
     ('plugin_assigned', LOG, r'^Assigned NET plugin'),
     ('plugin_failed', LOG, r'^Failed to initialize (NET plugin|any NET plugin)|Failed to find ncclNetPlugin symbol'
