@@ -102,10 +102,11 @@ func (rp *replayer) records(r io.Reader, fn func(value []byte) error) error {
 		ferr = fn(buf)
 	}
 	for sc.Scan() {
-		if err := rp.dec.Decode(sc.Bytes(), emit); err != nil && !errors.Is(err, parsers.ErrOversized) {
-			// Undecodable records are replayed as raw text: the service's
-			// own dead-letter path is what a replay should exercise.
-			emit(&pipeline.Record{Text: sc.Bytes()})
+		if err := rp.dec.Decode(sc.Bytes(), emit); err != nil && !errors.Is(err, parsers.ErrOversized) && ferr == nil {
+			// Undecodable records are replayed as they are: the
+			// service's own dead-letter path is what a replay should
+			// exercise.
+			ferr = fn(sc.Bytes())
 		}
 		if ferr != nil {
 			return ferr
