@@ -304,7 +304,7 @@ func (e *itEnv) replayFile(t *testing.T, job, path string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), itWait)
 	defer cancel()
-	n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
+	n, _, err := replay(ctx, io.Discard, e.brokers, e.topic, 1, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
 		Container: "trainer"}, 0, 1, []string{path})
 	if err != nil {
 		t.Fatalf("replay %s as %s: %v", path, job, err)
@@ -659,7 +659,7 @@ func TestIntegrationKillAndRestart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), itWait)
 		defer cancel()
 		for _, job := range names {
-			n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it",
+			n, _, err := replay(ctx, io.Discard, e.brokers, e.topic, 1, replayMeta{Job: job, Namespace: "it",
 				Pod: job + "-worker-0", Container: "trainer"}, 25000, 1, []string{jobs[job]})
 			if err != nil {
 				produced <- err
