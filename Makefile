@@ -23,12 +23,21 @@ export NCCLWATCH_TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 export NCCLWATCH_TEST_CLICKHOUSE ?= 127.0.0.1:$(CLICKHOUSE_PORT)
 export NCCLWATCH_TEST_ALERTMANAGER ?= 127.0.0.1:$(ALERTMANAGER_PORT)
 
-.PHONY: all build test unit vet fuzz promtool services-start services-stop bench demo
+.PHONY: all build quickstart test unit vet fuzz promtool services-start services-stop bench demo
 
 all: build
 
+# ncclwatch version prints the module version and VCS revision from the
+# build information; -X adds `git describe` where Go's VCS stamping is off.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o bin/ncclwatch ./cmd/ncclwatch
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ncclwatch ./cmd/ncclwatch
+
+# quickstart: Kafka, ClickHouse and `ncclwatch run` left running on
+# loopback with three bundled real logs replayed (deploy/local/quickstart.sh).
+quickstart: build
+	deploy/local/quickstart.sh start
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

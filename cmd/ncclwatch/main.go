@@ -78,7 +78,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "ncclwatch", version)
+		fmt.Fprintln(stdout, versionString())
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

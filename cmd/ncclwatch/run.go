@@ -120,7 +120,7 @@ func runService(args []string, stderr io.Writer) int {
 	f := newServiceFlags("run", stderr)
 	f.fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch run [flags]\n\nConsume Fluent Bit records from Kafka, classify NCCL lines, store in ClickHouse.\n\nflags:")
-		f.fs.PrintDefaults()
+		printFlags(stderr, f.fs, runFlagDefaults())
 	}
 	if code, ok := parseArgs(f.fs, args); !ok {
 		return code
@@ -457,7 +457,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	f := newServiceFlags("migrate", stderr)
 	f.fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent).\n\nflags:")
-		f.fs.PrintDefaults()
+		printFlags(stderr, f.fs, runFlagDefaults())
 	}
 	if code, ok := parseArgs(f.fs, args); !ok {
 		return code
