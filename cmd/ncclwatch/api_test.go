@@ -78,7 +78,7 @@ func TestAPIStoredAndLive(t *testing.T) {
 		{Cluster: "prod", Namespace: "research", Job: "llm-13b", Verdict: pipeline.VerdictSocketFallback, Version: 50,
 			Network: ptrS("Socket"), NetworkClass: ptrS("tcp"), NNodes: ptrI(2), NRanks: ptrI(16), NCCLVersion: ptrS("2.26.2"),
 			Reasons: []string{"NCCL uses Socket across nodes (2 hosts) where RDMA is expected", "NET/IB: no device found"},
-			Intra: []string{}, FirstSeen: t0, LastSeen: t0.Add(3 * time.Minute)},
+			Intra:   []string{}, FirstSeen: t0, LastSeen: t0.Add(3 * time.Minute)},
 		{Cluster: "prod", Namespace: "research", Job: "llm-70b", Verdict: pipeline.VerdictOK, Version: 15,
 			Network: ptrS("IB"), NetworkClass: ptrS("rdma"), Fabric: ptrS("IB"), GDR: &f, Reasons: []string{"IB (rdma)"},
 			Intra: []string{}, FirstSeen: t0, LastSeen: t0.Add(time.Minute)},
