@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/sinks"
 )
 
 // TestMain lets the test binary stand in for the ncclwatch binary, so guard
@@ -298,6 +303,64 @@ func TestGuardFlags(t *testing.T) {
 		var stderr bytes.Buffer
 		if _, _, code, ok := parseGuardPolicy(bad, env(nil), &stderr); ok || code != exitUsage || stderr.Len() == 0 {
 			t.Errorf("parseGuardPolicy(%q) = ok %v, code %d, %q; want a usage error", bad, ok, code, stderr.String())
+		}
+	}
+}
+
+// --report kafka:// sends the guarded job's NCCL lines to the topic the
+// service consumes; the service (in-process broker, JSON-lines sink here)
+// then classifies the job like any other.
+func TestGuardReportToService(t *testing.T) {
+	const topic = "guard-report"
+	fake, err := kafka.NewFake(topic, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	report := "kafka://" + strings.Join(fake.Addrs(), ",") + "/" + topic + "?job=guarded-107&namespace=ci"
+	g := startGuard(t, []string{"--settle", "1s", "--report", report}, corpusFile(t, "107"), "0.01", 60, 0)
+	if code, _ := g.wait(t); code != exitGuardStopped {
+		t.Fatalf("guard exit = %d; want %d\nstderr:\n%s", code, exitGuardStopped, g.stderr.Bytes())
+	}
+	if !bytes.Contains(g.stderr.Bytes(), []byte("--report: sent 50 NCCL lines of job ci/guarded-107 to Kafka topic "+topic)) {
+		t.Fatalf("guard did not report 50 NCCL lines:\n%s", g.stderr.Bytes())
+	}
+
+	cfg := defaultServiceConfig()
+	cfg.Kafka.Brokers, cfg.Kafka.Topics, cfg.Kafka.GroupID = fake.Addrs(), []string{topic}, "guard-report-test"
+	cfg.Kafka.HeartbeatInterval, cfg.Kafka.MaxWait = 500*time.Millisecond, 100*time.Millisecond
+	cfg.Pipeline.Batch.MaxWait = 200 * time.Millisecond
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	jl, err := sinks.NewJSONLines(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jl.Close()
+	got := make(chan pipeline.JobSummary, 64)
+	hooks := &serveHooks{sink: jl, onFlush: func(jobs []pipeline.JobSummary) {
+		for _, j := range jobs {
+			select {
+			case got <- j:
+			default:
+			}
+		}
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, cfg, newLogger(io.Discard, "warn"), hooks) }()
+	defer func() { cancel(); <-errc }()
+	for {
+		select {
+		case j := <-got:
+			if j.Job == "guarded-107" && j.Namespace == "ci" && j.Verdict == pipeline.VerdictSocketFallback &&
+				j.NRanks != nil && *j.NRanks == 16 {
+				return
+			}
+		case err := <-errc:
+			t.Fatalf("service stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the service never classified ci/guarded-107 as socket_fallback")
 		}
 	}
 }
