@@ -38,6 +38,9 @@ type httpConfig struct {
 	// Listen serves /metrics, /healthz and /readyz; ":9464" is free of
 	// the usual exporters' ports.
 	Listen string `yaml:"listen"`
+	// APITokenFile holds the bearer token the read API (/api/v1) requires;
+	// empty: no authentication (api.go).
+	APITokenFile string `yaml:"api_token_file"`
 }
 
 type logConfig struct {
@@ -124,6 +127,7 @@ func (c *serviceConfig) envOverrides(getenv func(string) string) error {
 		set("NCCLWATCH_INVENTORY", str(&c.Inventory)),
 		set("NCCLWATCH_CLUSTER", str(&c.Pipeline.Cluster)),
 		set("NCCLWATCH_LISTEN", str(&c.HTTP.Listen)),
+		set("NCCLWATCH_API_TOKEN_FILE", str(&c.HTTP.APITokenFile)),
 		set("NCCLWATCH_LOG_LEVEL", str(&c.Log.Level)),
 		set("NCCLWATCH_OTLP_ENDPOINT", str(&c.Tracing.OTLPEndpoint)),
 		set("NCCLWATCH_MIGRATE", func(v string) error {

@@ -179,6 +179,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 	var sink pipeline.Consumer = hooks.sink
 	var loader pipeline.EventLoader
+	var jobsDB jobReader // the read API's stored verdicts (api.go)
 	if sink == nil {
 		ch, err := connectClickHouse(ctx, cfg.ClickHouse, log)
 		if err != nil {
@@ -195,7 +196,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
 			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
 		}
-		sink, loader = ch, ch
+		sink, loader, jobsDB = ch, ch, ch
 	}
 
 	var inv *pipeline.Inventory
@@ -243,11 +244,16 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		telemetry = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
 		candidate = func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) }
 	}
+	live := newLiveJobs(liveJobsMax)
+	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
+	if err != nil {
+		return err
+	}
 	deps := pipeline.RunnerDeps{
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: candidate,
 		Telemetry: telemetry,
 		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
-		Logger: log, Tracer: tracer, OnFlush: hooks.onFlush,
+		Logger: log, Tracer: tracer, OnFlush: live.chain(hooks.onFlush),
 	}
 	if stage != nil {
 		eng := stage.Engine()
@@ -272,6 +278,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	var assigned atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	api.mount(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !assigned.Load() || !runner.Ready() {

@@ -31,7 +31,10 @@ type scanResult struct {
 	// was off for this scan (input.telemetry says why).
 	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
 	Training  []pipeline.TrainingReport `json:"training"`
-	Input     scanInput                 `json:"input"`
+	// Checkpoints: one entry per checkpoint series (framework) per input;
+	// null when telemetry was off.
+	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
+	Input       scanInput                   `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
 }
@@ -57,6 +60,8 @@ type scanner struct {
 	tel  *parsers.Telemetry
 	telA *pipeline.TelemetryAssembler
 	tl   pipeline.TelemetryLine
+	ckpt map[string]*pipeline.CheckpointSeries // by input
+	cl   pipeline.CheckpointLine
 }
 
 func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
@@ -77,6 +82,7 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 func (s *scanner) enableTelemetry() {
 	s.tel = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
 	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+	s.ckpt = map[string]*pipeline.CheckpointSeries{}
 	s.input.Telemetry = true
 }
 
@@ -96,6 +102,14 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 				// Reports are per input file: runs and series do not
 				// continue from one file into the next.
 				s.telA.Add(name, rec.Meta, &s.tl, rec.Time, pipeline.Source{Topic: name}, nil)
+			}
+			if parsers.ParseCheckpoint(rec.Text, &s.cl) {
+				cs := s.ckpt[name]
+				if cs == nil {
+					cs = &pipeline.CheckpointSeries{}
+					s.ckpt[name] = cs
+				}
+				cs.Add(&s.cl)
 			}
 		}
 	}
@@ -136,6 +150,7 @@ func (s *scanner) result() scanResult {
 	res := scanResult{Communicators: comms, Summary: sum, Input: in}
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
+		res.Checkpoints = []pipeline.CheckpointReport{}
 		seen := map[string]bool{}
 		for _, f := range in.Files {
 			if seen[f] {
@@ -145,6 +160,9 @@ func (s *scanner) result() scanResult {
 			tests, training := s.telA.Report(f)
 			res.NCCLTests = append(res.NCCLTests, tests...)
 			res.Training = append(res.Training, training...)
+			if cs := s.ckpt[f]; cs != nil {
+				res.Checkpoints = append(res.Checkpoints, cs.Reports()...)
+			}
 		}
 	}
 	return res
