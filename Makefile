@@ -37,7 +37,7 @@ export NCCLWATCH_TEST_KAFKA_SECURE_DIR ?= $(KAFKA_SECURE_DIR)
 export NCCLWATCH_TEST_CLICKHOUSE_TLS ?= $(if $(CLICKHOUSE_TLS_PORT),127.0.0.1:$(CLICKHOUSE_TLS_PORT))
 export NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR ?= $(CLICKHOUSE_SECURE_DIR)
 
-.PHONY: all build test unit vet fuzz promtool services-start services-stop bench demo
+.PHONY: all build test unit vet k8s fuzz promtool services-start services-stop bench demo
 
 all: build
 
@@ -47,11 +47,18 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	cd deploy/kubernetes && $(GO) vet ./...
+
+# k8s: the Kubernetes manifests rendered with kustomize and decoded strictly
+# into their typed API structs (a module of its own: deploy/kubernetes/go.mod).
+k8s:
+	cd deploy/kubernetes && $(GO) test -count=1 ./...
 
 # unit runs the tests that need no server.
 unit: vet
 	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= \
 	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= $(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory k8s
 
 fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
@@ -81,6 +88,7 @@ test: vet
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
 	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
+	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \
 	exit $$status
