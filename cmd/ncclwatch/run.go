@@ -294,7 +294,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
 		Str("http", state.addr).Msg("ncclwatch run starting")
 
-	var g group
+	// The first part to fail stops the others (a refused SASL login or
+	// group ACL must end the process, not leave it serving /healthz).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := group{cancel: cancel}
 	g.go_(func() error {
 		h := &sourceHandler{r: runner, log: log, delivered: state.delivered, assigned: &assigned}
 		err := src.Run(ctx, h)
@@ -351,9 +355,10 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 // group runs goroutines and returns the first error once all have exited.
 type group struct {
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+	cancel context.CancelFunc // called on the first error
 }
 
 func (g *group) go_(fn func() error) {
@@ -364,6 +369,7 @@ func (g *group) go_(fn func() error) {
 			g.mu.Lock()
 			g.errs = append(g.errs, err)
 			g.mu.Unlock()
+			g.cancel()
 		}
 	}()
 }
@@ -424,6 +430,9 @@ func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zero
 		if err == nil {
 			log.Info().Str("server", ch.Version()).Strs("addr", cfg.Addr).Msg("clickhouse connected")
 			return ch, nil
+		}
+		if pipeline.IsPermanent(err) {
+			return nil, err // wrong credentials or certificate: fatal at once
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("clickhouse %v: %w (is the server up? set --clickhouse or NCCLWATCH_CLICKHOUSE)", cfg.Addr, err)
