@@ -31,6 +31,9 @@ type scanResult struct {
 	// was off for this scan (input.telemetry says why).
 	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
 	Training  []pipeline.TrainingReport `json:"training"`
+	// Checkpoints has one entry per checkpoint series (job and framework)
+	// found; null when telemetry was off.
+	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
 	Input     scanInput                 `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
@@ -136,6 +139,7 @@ func (s *scanner) result() scanResult {
 	res := scanResult{Communicators: comms, Summary: sum, Input: in}
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
+		res.Checkpoints = []pipeline.CheckpointReport{}
 		seen := map[string]bool{}
 		for _, f := range in.Files {
 			if seen[f] {
@@ -145,6 +149,7 @@ func (s *scanner) result() scanResult {
 			tests, training := s.telA.Report(f)
 			res.NCCLTests = append(res.NCCLTests, tests...)
 			res.Training = append(res.Training, training...)
+			res.Checkpoints = append(res.Checkpoints, s.telA.Checkpoints(f)...)
 		}
 	}
 	return res
