@@ -34,7 +34,7 @@ type scanResult struct {
 	// Checkpoints has one entry per checkpoint series (job and framework)
 	// found; null when telemetry was off.
 	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
-	Input     scanInput                 `json:"input"`
+	Input       scanInput                   `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
 }
