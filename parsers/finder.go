@@ -23,7 +23,7 @@ var finderTokens = [...][]byte{[]byte("NCCL"), []byte("INFO "), []byte("WARN "),
 type Finder struct {
 	block  []byte
 	tokens [][]byte // nil: finderTokens
-	next   [len(finderTokens) + len(TelemetryTokens) + len(telemetrySlowTokens) + len(checkpointTokens)]int
+	next   [len(finderTokens) + len(TelemetryTokens) + len(telemetrySlowTokens)]int
 }
 
 // NewTelemetryFinder returns a Finder that also finds training-progress and
@@ -31,11 +31,10 @@ type Finder struct {
 // when it reports telemetry. Trainer output is mostly such lines, so this
 // finder hands far more lines on than the NCCL-only one.
 func NewTelemetryFinder() *Finder {
-	toks := make([][]byte, 0, len(finderTokens)+len(TelemetryTokens)+len(telemetrySlowTokens)+len(checkpointTokens))
+	toks := make([][]byte, 0, len(finderTokens)+len(TelemetryTokens)+len(telemetrySlowTokens))
 	toks = append(toks, finderTokens[:]...)
 	toks = append(toks, TelemetryTokens[:]...)
 	toks = append(toks, telemetrySlowTokens[:]...)
-	toks = append(toks, checkpointTokens[:]...)
 	return &Finder{tokens: toks}
 }
 

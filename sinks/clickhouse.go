@@ -490,12 +490,13 @@ func (t *table) token(b *pipeline.Batch) string {
 }
 
 // allTables lists every table Consume writes: the core ones here, then
-// those of sinks/alerts.go and sinks/telemetry.go.
+// those of sinks/alerts.go, sinks/telemetry.go and sinks/checkpoint.go.
 func allTables() []table {
-	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables))
+	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables))
 	out = append(out, tables...)
 	out = append(out, alertTables...)
-	return append(out, telemetryTables...)
+	out = append(out, telemetryTables...)
+	return append(out, checkpointTables...)
 }
 
 var tables = []table{

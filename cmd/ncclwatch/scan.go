@@ -31,8 +31,8 @@ type scanResult struct {
 	// was off for this scan (input.telemetry says why).
 	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
 	Training  []pipeline.TrainingReport `json:"training"`
-	// Checkpoints: one entry per checkpoint series (framework) per input;
-	// null when telemetry was off.
+	// Checkpoints has one entry per checkpoint series (job and framework)
+	// found; null when telemetry was off.
 	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
 	Input       scanInput                   `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
@@ -60,8 +60,6 @@ type scanner struct {
 	tel  *parsers.Telemetry
 	telA *pipeline.TelemetryAssembler
 	tl   pipeline.TelemetryLine
-	ckpt map[string]*pipeline.CheckpointSeries // by input
-	cl   pipeline.CheckpointLine
 }
 
 func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
@@ -82,7 +80,6 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 func (s *scanner) enableTelemetry() {
 	s.tel = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
 	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
-	s.ckpt = map[string]*pipeline.CheckpointSeries{}
 	s.input.Telemetry = true
 }
 
@@ -102,14 +99,6 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 				// Reports are per input file: runs and series do not
 				// continue from one file into the next.
 				s.telA.Add(name, rec.Meta, &s.tl, rec.Time, pipeline.Source{Topic: name}, nil)
-			}
-			if parsers.ParseCheckpoint(rec.Text, &s.cl) {
-				cs := s.ckpt[name]
-				if cs == nil {
-					cs = &pipeline.CheckpointSeries{}
-					s.ckpt[name] = cs
-				}
-				cs.Add(&s.cl)
 			}
 		}
 	}
@@ -160,9 +149,7 @@ func (s *scanner) result() scanResult {
 			tests, training := s.telA.Report(f)
 			res.NCCLTests = append(res.NCCLTests, tests...)
 			res.Training = append(res.Training, training...)
-			if cs := s.ckpt[f]; cs != nil {
-				res.Checkpoints = append(res.Checkpoints, cs.Reports()...)
-			}
+			res.Checkpoints = append(res.Checkpoints, s.telA.Checkpoints(f)...)
 		}
 	}
 	return res
