@@ -187,8 +187,14 @@ type TrainingStep struct {
 	Model     string // model label
 	Framework string
 	Kind      string // "step", "amend" (figures for Step, printed on a later line) or "summary"
-	Rank      int    // launcher rank, -1 when absent
+	Rank      int    // launcher rank of the row's first line, -1 when absent
 	Step      int64  // -1 when the line gives none (an amend row carries its step's number)
+	// Ranks is the number of lines the row stands for: every rank of a
+	// job may print the same step, and the lines of one step and kind of
+	// a series that fall into one batch are stored as one row (the first
+	// line's coordinates, pod, rank and figures) with their count, so that
+	// storage grows with steps, not with ranks. 0 reads as 1.
+	Ranks int
 	// Network is the NCCL network the job used when the line was seen
 	// (the latest "Using network" of the job), "" before any.
 	Network      string
@@ -412,7 +418,14 @@ type series struct {
 	prevNet    string
 	prevMedian float64
 	changedAt  int64
+	recent     [recentRows]int // indexes in the batch's Steps of the series's latest rows
+	next       int             // next slot of recent
 }
+
+// recentRows is how many of a series's latest rows a line may be folded
+// into: ranks of one job print a step at about the same time, a few steps
+// apart at most.
+const recentRows = 4
 
 // testRun is one nccl-tests run of a job.
 type testRun struct {
@@ -480,6 +493,11 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 		s.add(tl)
 		if out != nil {
 			row := j.stepRow(a.rowMeta(meta), tl, s, t, src) // rows carry their own line's pod and node
+			if s.fold(out, &row) {
+				return
+			}
+			s.recent[s.next] = len(out.Steps)
+			s.next = (s.next + 1) % recentRows
 			out.Steps = append(out.Steps, row)
 			out.Bytes += 160 + len(row.Job) + len(row.Pod)
 		}
@@ -672,6 +690,27 @@ func (j *telJob) setNetwork(name string) {
 	}
 }
 
+// fold counts row into one of the series's recent rows of out with the same
+// step number and kind, and reports whether it did. The indexes are checked
+// against the rows they point at: after a flush the batch starts over.
+func (s *series) fold(out *Batch, row *TrainingStep) bool {
+	if row.Step < 0 {
+		return false // lines without a step number are not copies of one step
+	}
+	for _, i := range s.recent {
+		if i >= len(out.Steps) {
+			continue
+		}
+		r := &out.Steps[i]
+		if r.Step == row.Step && r.Kind == row.Kind && r.Framework == row.Framework && r.Job == row.Job &&
+			r.Namespace == row.Namespace && r.Cluster == row.Cluster {
+			r.Ranks++
+			return true
+		}
+	}
+	return false
+}
+
 func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, s *series, t time.Time, src Source) TrainingStep {
 	step := tl.Step
 	if tl.Kind == TelemetryAmend {
@@ -679,7 +718,7 @@ func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, s *series, t time.Time, s
 	}
 	r := TrainingStep{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
 		Pod: m.Pod, Node: m.Node, Pool: m.pool, Model: m.model, Framework: tl.Framework,
-		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Network: j.network,
+		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Ranks: 1, Network: j.network,
 		StepTime: tl.StepTime, TokensPerS: tl.TokensPerS, SamplesPerS: tl.SamplesPerS, ItPerS: tl.ItPerS,
 		TFLOPs: tl.TFLOPs, MFU: tl.MFU, Loss: tl.Loss}
 	if j.network != "" {

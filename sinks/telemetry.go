@@ -3,6 +3,7 @@ package sinks
 import (
 	"io"
 	"math"
+	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -15,7 +16,7 @@ var telemetryTables = []table{
 	{
 		name: "training_steps",
 		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "job", "namespace", "cluster", "pod", "node",
-			"pool", "model", "framework", "kind", "rank", "step", "network", "network_class", "step_time_s", "tokens_per_s",
+			"pool", "model", "framework", "kind", "rank", "step", "ranks", "network", "network_class", "step_time_s", "tokens_per_s",
 			"samples_per_s", "it_per_s", "tflops", "mfu", "loss"},
 		rows: func(b *pipeline.Batch) int { return len(b.Steps) },
 		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
@@ -23,7 +24,7 @@ var telemetryTables = []table{
 				s := &b.Steps[i]
 				if err := d.Append(s.Source.Topic, s.Source.Partition, s.Source.Offset, s.Source.Line, clampTime(s.Time),
 					s.Job, s.Namespace, s.Cluster, s.Pod, s.Node, s.Pool, s.Model, s.Framework, s.Kind,
-					int32(clamp(s.Rank, -1<<31, 1<<31-1)), s.Step, s.Network, s.NetworkClass, nullF(s.StepTime),
+					int32(clamp(s.Rank, -1<<31, 1<<31-1)), s.Step, uint32(clamp(s.Ranks, 1, 1<<32-1)), s.Network, s.NetworkClass, nullF(s.StepTime),
 					nullF(s.TokensPerS), nullF(s.SamplesPerS), nullF(s.ItPerS), nullF(s.TFLOPs), nullF(s.MFU),
 					nullF(s.Loss)); err != nil {
 					return err
@@ -109,66 +110,7 @@ func telemetryMigrations(f features) []migration {
 	who := "    job " + lc + ",\n    namespace " + lc + ",\n    cluster " + lc + ",\n    pod String,\n    node " + lc + ",\n    pool " + lc + ",\n"
 	tail := "    inserted_at DateTime DEFAULT now()\n)\n"
 
-	return []migration{
-		{Version: 20, Name: "training_steps", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.training_steps{on_cluster}
-(
-` + coords + who + `    model ` + lc + `,
-    framework ` + lc + `,
-    kind ` + lc + `,
-    rank Int32,
-    step Int64,
-    network ` + lc + `,
-    network_class ` + lc + `,
-    step_time_s Nullable(Float64),
-    tokens_per_s Nullable(Float64),
-    samples_per_s Nullable(Float64),
-    it_per_s Nullable(Float64),
-    tflops Nullable(Float64),
-    mfu Nullable(Float64),
-    loss Nullable(Float64),
-` + tail + `ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(time)
-ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
-
-		// context is the version: of two rows with the same coordinates
-		// the one written with more of its run's header wins (a replay
-		// that starts mid-table knows less).
-		{Version: 21, Name: "nccl_test_results", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.nccl_test_results{on_cluster}
-(
-` + coords + who + `    canary UInt8,
-    run_id String,
-    context UInt8,
-    kind ` + lc + `,
-    collective ` + lc + `,
-    nccl_tests_version ` + lc + `,
-    nranks Nullable(Int32),
-    hosts Array(String),
-    gpu ` + lc + `,
-    bytes Nullable(Int64),
-    elements Nullable(Int64),
-    dtype ` + lc + `,
-    redop ` + lc + `,
-    root Int32,
-    oop_time_us Nullable(Float64),
-    oop_algbw Nullable(Float64),
-    oop_busbw Nullable(Float64),
-    oop_wrong Nullable(Float64),
-    ip_time_us Nullable(Float64),
-    ip_algbw Nullable(Float64),
-    ip_busbw Nullable(Float64),
-    ip_wrong Nullable(Float64),
-    avg_busbw Nullable(Float64),
-` + tail + `ENGINE = ReplacingMergeTree(context)
-PARTITION BY toYYYYMM(time)
-ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
-
-		// One row per training series (job and framework). Step times
-		// count from "step" and "amend" rows (a DeepSpeed profiler's iter
-		// latency arrives on its own line); "summary" rows give only
-		// throughput. argMax over (time, offset) takes the latest printed
-		// figure; argMax skips NULLs, so a figure a later line does not
-		// print stays the last one printed.
-		{Version: 22, Name: "training_series", Stmts: []string{`CREATE VIEW IF NOT EXISTS {db}.training_series{on_cluster} AS
+	seriesView := `CREATE VIEW IF NOT EXISTS {db}.training_series{on_cluster} AS
 SELECT
     cluster,
     namespace,
@@ -229,7 +171,77 @@ ANY LEFT JOIN
         nnodes,
         nranks
     FROM {db}.job_verdicts
-) USING (cluster, namespace, job)`}},
+) USING (cluster, namespace, job)`
+	// A row stands for its ranks' lines (pipeline.TrainingStep.Ranks): the
+	// series view counts and weighs lines, as the in-process report does.
+	weighted := strings.NewReplacer(
+		"countIf(kind = 'step') AS steps", "sumIf(ranks, kind = 'step') AS steps",
+		"count(step_time_s) AS timed_steps", "sumIf(ranks, isNotNull(step_time_s)) AS timed_steps",
+		"medianExact(step_time_s) AS", "quantileExactWeighted(0.5)(step_time_s, ranks) AS",
+		"quantileExact(0.9)(step_time_s) AS", "quantileExactWeighted(0.9)(step_time_s, ranks) AS",
+	).Replace(seriesView)
+
+	return []migration{
+		{Version: 20, Name: "training_steps", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.training_steps{on_cluster}
+(
+` + coords + who + `    model ` + lc + `,
+    framework ` + lc + `,
+    kind ` + lc + `,
+    rank Int32,
+    step Int64,
+    ranks UInt32 DEFAULT 1,
+    network ` + lc + `,
+    network_class ` + lc + `,
+    step_time_s Nullable(Float64),
+    tokens_per_s Nullable(Float64),
+    samples_per_s Nullable(Float64),
+    it_per_s Nullable(Float64),
+    tflops Nullable(Float64),
+    mfu Nullable(Float64),
+    loss Nullable(Float64),
+` + tail + `ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(time)
+ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
+
+		// context is the version: of two rows with the same coordinates
+		// the one written with more of its run's header wins (a replay
+		// that starts mid-table knows less).
+		{Version: 21, Name: "nccl_test_results", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.nccl_test_results{on_cluster}
+(
+` + coords + who + `    canary UInt8,
+    run_id String,
+    context UInt8,
+    kind ` + lc + `,
+    collective ` + lc + `,
+    nccl_tests_version ` + lc + `,
+    nranks Nullable(Int32),
+    hosts Array(String),
+    gpu ` + lc + `,
+    bytes Nullable(Int64),
+    elements Nullable(Int64),
+    dtype ` + lc + `,
+    redop ` + lc + `,
+    root Int32,
+    oop_time_us Nullable(Float64),
+    oop_algbw Nullable(Float64),
+    oop_busbw Nullable(Float64),
+    oop_wrong Nullable(Float64),
+    ip_time_us Nullable(Float64),
+    ip_algbw Nullable(Float64),
+    ip_busbw Nullable(Float64),
+    ip_wrong Nullable(Float64),
+    avg_busbw Nullable(Float64),
+` + tail + `ENGINE = ReplacingMergeTree(context)
+PARTITION BY toYYYYMM(time)
+ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
+
+		// One row per training series (job and framework). Step times
+		// count from "step" and "amend" rows (a DeepSpeed profiler's iter
+		// latency arrives on its own line); "summary" rows give only
+		// throughput. argMax over (time, offset) takes the latest printed
+		// figure; argMax skips NULLs, so a figure a later line does not
+		// print stays the last one printed.
+		{Version: 22, Name: "training_series", Stmts: []string{weighted}},
 
 		// One row per nccl-tests run: its average and the bus bandwidth of
 		// its largest message size, with the job's verdict. A run's rows

@@ -85,6 +85,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "random seed: the same seed gives the same stream")
 	fs.Float64Var(&o.LatRate, "latency-rate", o.LatRate, "records/s offered while record-to-row latency is measured (0: skip)")
 	fs.DurationVar(&o.LatDuration, "latency-duration", o.LatDuration, "how long latency is measured")
+	fs.BoolVar(&o.RandomSteps, "random-steps", false, "random step numbers and a random trainer per line (the stream before issue 9)")
 	fs.BoolVar(&o.ProduceOnly, "produce-only", false, "only produce the backlog (for an external `ncclwatch run`)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the database at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of ncclwatch run's consume phase to this file")
@@ -141,6 +142,7 @@ func runGen(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job")
 	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node")
 	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB or Socket")
+	fs.BoolVar(&cfg.RandomSteps, "random-steps", false, "random step numbers and a random trainer per line (the stream before issue 9)")
 	out := fs.String("o", "-", "output file, - for stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch-load gen [flags]  — write a seeded synthetic training log (trainer output with NCCL lines)")

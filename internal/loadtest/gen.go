@@ -30,6 +30,11 @@ type GenConfig struct {
 	Nodes     int
 	GPUs      int
 	Network   string // "IB" or "Socket": the fabric the synthetic job uses
+	// RandomSteps gives every trainer line random numbers, its step too,
+	// and draws each line's trainer anew: the stream before issue 9, kept
+	// to compare with. Otherwise the job runs one trainer whose every rank
+	// prints each step's progress line in turn, steps counting up.
+	RandomSteps bool
 }
 
 // DefaultGenConfig is a 64 MB raw log of a 2-node, 8-GPU IB job with 5 %
@@ -40,16 +45,27 @@ func DefaultGenConfig() GenConfig {
 
 // trainerLines are shapes of real trainer output (Megatron-LM, torchtitan,
 // Hugging Face, DeepSpeed, tqdm, Python warnings); %d fields are filled per
-// line.
+// line with random numbers, %S (%NS) with the step (random as %d (%Nd) in
+// RandomSteps streams).
 var trainerLines = []string{
-	" iteration %7d/  500000 | consumed samples: %10d | elapsed time per iteration (ms): %d.%d | learning rate: 1.499E-04 | global batch size:    64 | lm loss: 2.%05dE+00 | loss scale: 1.0 | grad norm: 0.%03d | number of skipped iterations:   0 | number of nan iterations:   0 |",
-	"[rank%d]:[titan] 2025-01-14 10:%02d:%02d,%03d - root - INFO - step: %4d  loss:  %d.%04d  memory: 38.12GiB(48.19%%)  tps: %d  tflops: 312.%02d  mfu: %d.%02d%%",
+	" iteration %7S/  500000 | consumed samples: %10d | elapsed time per iteration (ms): %d.%d | learning rate: 1.499E-04 | global batch size:    64 | lm loss: 2.%05dE+00 | loss scale: 1.0 | grad norm: 0.%03d | number of skipped iterations:   0 | number of nan iterations:   0 |",
+	"[rank%d]:[titan] 2025-01-14 10:%02d:%02d,%03d - root - INFO - step: %4S  loss:  %d.%04d  memory: 38.12GiB(48.19%%)  tps: %d  tflops: 312.%02d  mfu: %d.%02d%%",
 	"{'loss': %d.%04d, 'grad_norm': 0.%04d, 'learning_rate': 1.9%03de-05, 'epoch': 0.%02d}",
-	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [logging.py:96:log_dist] [Rank %d] step=%d, skipped=0, lr=[0.000%d], mom=[(0.9, 0.95)]",
+	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [logging.py:96:log_dist] [Rank %d] step=%S, skipped=0, lr=[0.000%d], mom=[(0.9, 0.95)]",
 	"Epoch %d:  %2d%%|███▍      | %d/1250 [%02d:%02d<%02d:%02d,  4.%02dit/s, loss=0.%03d, v_num=%d]",
 	"/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:%d: UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. In version 2.%d we will raise an exception if use_reentrant is not passed.",
-	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [timer.py:%d:stop] epoch=0/micro_step=%d/global_step=%d, RunningAvgSamplesPerSec=%d.%03d, CurrSamplesPerSec=%d.%03d, MemAllocated=21.%02dGB, MaxMemAllocated=33.%02dGB",
+	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [timer.py:%d:stop] epoch=0/micro_step=%d/global_step=%S, RunningAvgSamplesPerSec=%d.%03d, CurrSamplesPerSec=%d.%03d, MemAllocated=21.%02dGB, MaxMemAllocated=33.%02dGB",
 }
+
+// progressLines are the trainerLines a job's ranks print once per step
+// (Megatron, torchtitan, Hugging Face, Lightning, DeepSpeed timer); the
+// others (log_dist, a Python warning) are mixed in at otherShare.
+var progressLines = [...]int{0, 1, 2, 4, 6}
+
+var otherLines = [...]int{3, 5}
+
+// otherShare is the share of trainer lines that are not progress lines.
+const otherShare = 0.15
 
 // ncclTemplates are NCCL init lines of current releases; {h} {p} {t} {d} {r}
 // {n} {ip} {peer} are filled per rank.
@@ -98,13 +114,25 @@ func Generate(w io.Writer, cfg GenConfig) (int64, error) {
 	var line []byte
 	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var jsonBuf []byte
+	var trainer string
+	if !cfg.RandomSteps {
+		trainer = trainerLines[progressLines[rng.IntN(len(progressLines))]]
+	}
+	step, printed := int64(1), 0
 	for i := int64(0); written < cfg.Bytes; i++ {
 		line = line[:0]
 		r := rng.IntN(nranks)
 		if rng.Float64() < cfg.NCCLShare {
 			line = fillNCCL(line, tpl[rng.IntN(len(tpl))], r, cfg)
+		} else if cfg.RandomSteps {
+			line = fillTrainer(line, trainerLines[rng.IntN(len(trainerLines))], rng, -1)
+		} else if rng.Float64() < otherShare {
+			line = fillTrainer(line, trainerLines[otherLines[rng.IntN(len(otherLines))]], rng, step)
 		} else {
-			line = fillTrainer(line, trainerLines[rng.IntN(len(trainerLines))], rng)
+			line = fillTrainer(line, trainer, rng, step)
+			if printed++; printed == nranks {
+				step, printed = step+1, 0
+			}
 		}
 		out := line
 		if cfg.Format == "fluentbit" {
@@ -138,8 +166,9 @@ func fillNCCL(dst []byte, tpl string, r int, cfg GenConfig) []byte {
 	return append(dst, rep.Replace(tpl)...)
 }
 
-func fillTrainer(dst []byte, tpl string, rng *rand.Rand) []byte {
-	// Replace each %d / %0Nd with a random number; %% stays %.
+func fillTrainer(dst []byte, tpl string, rng *rand.Rand, step int64) []byte {
+	// Replace each %d / %0Nd with a random number, %S with step (random
+	// when step < 0); %% stays %.
 	for i := 0; i < len(tpl); i++ {
 		c := tpl[i]
 		if c != '%' || i+1 >= len(tpl) {
@@ -150,7 +179,12 @@ func fillTrainer(dst []byte, tpl string, rng *rand.Rand) []byte {
 		for j < len(tpl) && tpl[j] >= '0' && tpl[j] <= '9' {
 			j++
 		}
-		if j < len(tpl) && tpl[j] == 'd' {
+		if j < len(tpl) && tpl[j] == 'S' && step >= 0 {
+			dst = strconv.AppendInt(dst, step, 10)
+			i = j
+			continue
+		}
+		if j < len(tpl) && (tpl[j] == 'd' || tpl[j] == 'S') {
 			// %0Nd: N digits; %d: up to four.
 			limit := 10000
 			if w, err := strconv.Atoi(tpl[i+1 : j]); err == nil && w > 0 && w < 9 {

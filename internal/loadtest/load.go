@@ -48,6 +48,7 @@ type Options struct {
 	Producers   int
 	NCCLShare   float64
 	Seed        uint64
+	RandomSteps bool    // GenConfig.RandomSteps
 	LatRate     float64 // records/s offered while latency is measured; 0 skips it
 	LatDuration time.Duration
 	ProduceOnly bool
@@ -112,7 +113,12 @@ func JobName(prefix string, j int) string { return fmt.Sprintf("%s-j%04d", prefi
 // during the call. Jobs differ in seed, node count and network (every
 // fourth one is a silent Socket fallback).
 func Records(seed uint64, j int, job string, share float64, n int64, stamp func() time.Time, fn func(rec []byte) error) error {
+	return genRecords(seed, j, job, share, false, n, stamp, fn)
+}
+
+func genRecords(seed uint64, j int, job string, share float64, random bool, n int64, stamp func() time.Time, fn func(rec []byte) error) error {
 	cfg := DefaultGenConfig()
+	cfg.RandomSteps = random
 	cfg.Seed = seed<<20 + uint64(j)
 	cfg.Bytes = math.MaxInt64
 	cfg.Format = "fluentbit"
@@ -353,8 +359,12 @@ func quantile(d []time.Duration, q float64) time.Duration {
 // Print writes the report.
 func (r *Report) Print(w io.Writer) {
 	o := r.o
-	fmt.Fprintf(w, "ncclwatch load: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, seed %d\n",
-		o.Records, o.Jobs, o.Partitions, o.NCCLShare*100, o.Seed)
+	steps := "every rank prints each step"
+	if o.RandomSteps {
+		steps = "random steps"
+	}
+	fmt.Fprintf(w, "ncclwatch load: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
+		o.Records, o.Jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
 	fmt.Fprintf(w, "machine: %d CPUs %s/%s %s; broker %s; clickhouse %s %s; topic %s, database %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(o.Brokers, ","),
 		strings.Join(o.ClickHouse, ","), r.server, o.Topic, o.Database)
@@ -809,7 +819,7 @@ func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (
 						continue
 					}
 					job := JobName("load", j)
-					err := Records(o.Seed, j, job, o.NCCLShare, n, stamp, func(rec []byte) error {
+					err := genRecords(o.Seed, j, job, o.NCCLShare, o.RandomSteps, n, stamp, func(rec []byte) error {
 						return c.add(ctx, job, rec)
 					})
 					if err == nil {
@@ -905,7 +915,7 @@ func producePaced(ctx context.Context, o Options, pcfg kafka.ProducerConfig, lat
 		n := min(perJob, total-made)
 		var stamp time.Time
 		now := func() time.Time { stamp = time.Now(); return stamp }
-		err := Records(o.Seed+1, j, job, o.NCCLShare, n, now, func(rec []byte) error {
+		err := genRecords(o.Seed+1, j, job, o.NCCLShare, o.RandomSteps, n, now, func(rec []byte) error {
 			made++
 			lat.add(job, stamp)
 			if err := c.add(ctx, job, rec); err != nil {
