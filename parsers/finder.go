@@ -117,7 +117,21 @@ func (f *Finder) plausible(i, at int) bool {
 // envelope, since none of the tokens is changed by JSON escaping). It never
 // allocates and errs on the side of yes; Parse decides.
 func Candidate(line []byte) bool {
-	var f Finder
-	f.Reset(line)
-	return f.Next(0) >= 0
+	// Any token will do: no need to find the first one (Finder.Next).
+	f := Finder{block: line}
+	for i := range finderTokens {
+		if f.search(i, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Prefilter returns the one prefilter of a record or line: Candidate, or
+// with telemetry Candidate or TelemetryCandidate.
+func Prefilter(telemetry bool) func([]byte) bool {
+	if !telemetry {
+		return Candidate
+	}
+	return func(v []byte) bool { return Candidate(v) || TelemetryCandidate(v) }
 }

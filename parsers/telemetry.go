@@ -99,6 +99,10 @@ type Telemetry struct {
 	ansi []byte
 	ev   pipeline.Event
 	ckpt Checkpoint // checkpoint save and load lines (checkpoint.go)
+	// pre, when usePre is set, is the NCCL parse of the line (nil: not an
+	// NCCL line), done by Lines on the same stripped text.
+	pre    *pipeline.Event
+	usePre bool
 }
 
 // NewTelemetry returns a parser; cfg must be valid.
@@ -122,6 +126,23 @@ func (t *Telemetry) Parse(line []byte, tl *pipeline.TelemetryLine) bool {
 		line = t.ansi
 	}
 	rest, p := StripPrefix(line)
+	t.usePre = false
+	return t.telemetry(rest, p, tl)
+}
+
+// parseStripped is Parse of a line Lines has stripped of colours and its
+// launcher prefix, with the line's NCCL event (nil when it is none).
+func (t *Telemetry) parseStripped(rest []byte, p Prefix, pre *pipeline.Event, tl *pipeline.TelemetryLine) bool {
+	tl.Reset()
+	// NCCL.Parse trims the right as parseNCCL does: its event is the
+	// one parseNCCL would make.
+	t.usePre, t.pre = true, pre
+	ok := t.telemetry(rest, p, tl)
+	t.usePre, t.pre = false, nil
+	return ok
+}
+
+func (t *Telemetry) telemetry(rest []byte, p Prefix, tl *pipeline.TelemetryLine) bool {
 	rest = trimRightSpace(rest)
 	if len(rest) == 0 {
 		return false
@@ -284,11 +305,16 @@ func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
 	if !isNet && !isComm {
 		return false
 	}
-	var nccl NCCL
-	if !nccl.Parse(b, &t.ev) {
-		return false
+	ev := t.pre
+	if !t.usePre {
+		var nccl NCCL
+		if !nccl.Parse(b, &t.ev) {
+			return false
+		}
+		ev = &t.ev
+	} else if ev == nil {
+		return false // the NCCL parser did not take the line
 	}
-	ev := &t.ev
 	switch {
 	case ev.Kind == pipeline.EventNetwork && len(ev.Name) > 0:
 		tl.Kind, tl.Name = pipeline.TelemetryNCCLNetwork, ev.Name

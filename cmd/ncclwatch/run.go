@@ -236,13 +236,16 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	dcfg.InvalidUTF8 = metrics.InvalidUTF8
 	// Telemetry (training step times, nccl-tests results) is on unless
 	// the config turns it off: it widens the prefilter to progress lines.
-	candidate := parsers.Candidate
+	// One line parser does both: Classify strips a line once and parses
+	// NCCL and telemetry; the runner's Telemetry.Parse of the same line
+	// returns what Classify found.
+	lines := &parsers.Lines{}
 	var telemetry interface {
 		Parse([]byte, *pipeline.TelemetryLine) bool
 	}
 	if !cfg.Decoder.NoTelemetry {
-		telemetry = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
-		candidate = func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) }
+		lines = parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		telemetry = lines
 	}
 	live := newLiveJobs(liveJobsMax)
 	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
@@ -250,7 +253,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		return err
 	}
 	deps := pipeline.RunnerDeps{
-		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: candidate,
+		Decoder: parsers.NewDecoder(dcfg), Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
 		Telemetry: telemetry,
 		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer, OnFlush: live.chain(hooks.onFlush),

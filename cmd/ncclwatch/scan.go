@@ -56,10 +56,11 @@ type scanner struct {
 	max   int
 	input scanInput
 	prog  *progress
-	// Telemetry (nil when off).
-	tel  *parsers.Telemetry
-	telA *pipeline.TelemetryAssembler
-	tl   pipeline.TelemetryLine
+	// Telemetry (nil when off): lines parses it with the NCCL lines.
+	lines *parsers.Lines
+	tel   *parsers.Lines
+	telA  *pipeline.TelemetryAssembler
+	tl    pipeline.TelemetryLine
 }
 
 func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
@@ -68,17 +69,16 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = maxLine
 	asm := pipeline.NewAssembler(cfg)
-	return &scanner{
-		dec:  parsers.NewDecoder(dcfg),
-		proc: pipeline.NewProcessor(asm, &parsers.Lines{}, func(*pipeline.Record) string { return scanJob }),
-		max:  maxLine,
-	}
+	s := &scanner{dec: parsers.NewDecoder(dcfg), lines: &parsers.Lines{}, max: maxLine}
+	s.proc = pipeline.NewProcessor(asm, s.lines, func(*pipeline.Record) string { return scanJob })
+	return s
 }
 
 // enableTelemetry makes the scanner also extract training progress and
 // nccl-tests results.
 func (s *scanner) enableTelemetry() {
-	s.tel = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
+	*s.lines = *parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+	s.tel = s.lines
 	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
 	s.input.Telemetry = true
 }
