@@ -52,7 +52,7 @@ var trainerLines = []string{
 	"[rank%d]:[titan] 2025-01-14 10:%02d:%02d,%03d - root - INFO - step: %4S  loss:  %d.%04d  memory: 38.12GiB(48.19%%)  tps: %d  tflops: 312.%02d  mfu: %d.%02d%%",
 	"{'loss': %d.%04d, 'grad_norm': 0.%04d, 'learning_rate': 1.9%03de-05, 'epoch': 0.%02d}",
 	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [logging.py:96:log_dist] [Rank %d] step=%S, skipped=0, lr=[0.000%d], mom=[(0.9, 0.95)]",
-	"Epoch %d:  %2d%%|███▍      | %d/1250 [%02d:%02d<%02d:%02d,  4.%02dit/s, loss=0.%03d, v_num=%d]",
+	"Epoch %d:  %2d%%|███▍      | %S/1250 [%02d:%02d<%02d:%02d,  4.%02dit/s, loss=0.%03d, v_num=%d]",
 	"/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:%d: UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. In version 2.%d we will raise an exception if use_reentrant is not passed.",
 	"[2024-05-30 12:%02d:%02d,%03d] [INFO] [timer.py:%d:stop] epoch=0/micro_step=%d/global_step=%S, RunningAvgSamplesPerSec=%d.%03d, CurrSamplesPerSec=%d.%03d, MemAllocated=21.%02dGB, MaxMemAllocated=33.%02dGB",
 }
