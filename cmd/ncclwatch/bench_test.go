@@ -13,6 +13,7 @@ import (
 func benchInput(b *testing.B, format string) []byte {
 	b.Helper()
 	cfg := loadtest.DefaultGenConfig()
+	cfg.RandomSteps = true // the stream of the README's benchmark figures
 	cfg.Bytes = 32 << 20
 	cfg.Format = format
 	var buf bytes.Buffer

@@ -486,6 +486,7 @@ func genJobs(t *testing.T, dir string, n int, bytesPerJob int64) map[string]stri
 	out := map[string]string{}
 	for i := range n {
 		cfg := loadtest.DefaultGenConfig()
+		cfg.RandomSteps = true // the stream these tests were written against
 		cfg.Seed = uint64(100 + i)
 		cfg.Bytes = bytesPerJob
 		cfg.Nodes = 2 + i%3
