@@ -301,8 +301,23 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			parseKV(msg, ev)
 			return
 		case hasPrefix(msg, "Initialized NET plugin "):
+			// 2.27+: the last one a process prints is the one assigned
+			// (corpus 069).
 			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagInitOK
 			ev.Name = trimSpace(msg[len("Initialized NET plugin "):])
+			return
+		}
+	case 'A':
+		if hasPrefix(msg, "Assigned NET plugin ") {
+			// 2.27+ "Assigned NET plugin IB to comm" (corpus 069).
+			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagAssigned
+			n := msg[len("Assigned NET plugin "):]
+			if i := bytes.LastIndex(n, []byte(" to comm")); i >= 0 {
+				n = n[:i]
+			}
+			ev.Name = trimSpace(n)
 			return
 		}
 	case 'F':
@@ -444,10 +459,19 @@ func parseNetOther(rest []byte, ev *pipeline.Event) bool {
 		ev.Name = name
 		parseIfaceIP(body[len("Using "):], ev)
 		return true
+	case bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ")):
+		// aws-ofi-nccl found NICs of a provider: "NET/OFI Selected Provider
+		// is efa (found 4 nics)" (≤ 1.13), "… provider is efa, fabric is
+		// efa-direct (found 4 nics)" (1.14+). The plugin initialized.
+		ev.Kind = pipeline.EventPluginLoaded
+		ev.Flags |= pipeline.FlagInitOK
+		ev.Name = []byte("AWS Libfabric")
+		return true
 	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")):
 		// NET/gIB : Initializing gIB v1.0.6 ; NET/FastSocket plugin initialized ;
 		// NET/FasTrak <ts>: Initializing network FasTrak (corpus 047, 034, 052).
 		ev.Kind = pipeline.EventPluginLoaded
+		ev.Flags |= pipeline.FlagInitOK
 		if bytes.Equal(name, []byte("OFI")) {
 			ev.Name = []byte("AWS Libfabric")
 		} else {
@@ -484,7 +508,9 @@ func parsePlugin(msg []byte, ev *pipeline.Event) {
 // per-GPU "… for GPU 81000 / HCA 1 (distance 6 <= 7), read 0" forms.
 func parseGDR(msg []byte, ev *pipeline.Event) {
 	ev.Kind = pipeline.EventGDR
-	if bytes.Contains(msg, tokGDREnable) {
+	// nccl-rdma-sharp-plugins print "GPU Direct RDMA (nvidia-peermem)
+	// enabled for HCA 0 'mlx5_0'" in lower case.
+	if bytes.Contains(msg, tokGDREnable) || bytes.Contains(msg, []byte(") enabled for ")) {
 		ev.Flags |= pipeline.FlagEnabled
 	}
 	if i := bytes.Index(msg, []byte(" for HCA ")); i >= 0 {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 	"github.com/ncclwatch/ncclwatch/rules"
 	"github.com/ncclwatch/ncclwatch/sinks"
@@ -243,7 +244,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		telemetry = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
 		candidate = func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) }
 	}
-	deps := pipeline.RunnerDeps{
+	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: candidate,
 		Telemetry: telemetry,
 		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/rules"
 )
 
@@ -64,7 +65,7 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	cfg.Expect = expect
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = maxLine
-	asm := pipeline.NewAssembler(cfg)
+	asm := assemble.New(cfg)
 	return &scanner{
 		dec:  parsers.NewDecoder(dcfg),
 		proc: pipeline.NewProcessor(asm, &parsers.Lines{}, func(*pipeline.Record) string { return scanJob }),
