@@ -457,14 +457,14 @@ func BenchmarkParseTelemetry(b *testing.B) {
 
 // BenchmarkTelemetryTokens measures bytes.Index over a mixed stream for
 // every prefilter token, as the block Finder runs it: search, skip to the
-// next line, search again. The stream is `ncclwatch gen` output named by
-// NCCLWATCH_GEN_FILE (go run ./cmd/ncclwatch gen --size 32MB -o
+// next line, search again. The stream is `ncclwatch-load gen` output named by
+// NCCLWATCH_GEN_FILE (go run ./cmd/ncclwatch-load gen --size 32MB -o
 // /tmp/g.raw). Compare MB/s between tokens; hits/op is how many lines a
 // token finds.
 func BenchmarkTelemetryTokens(b *testing.B) {
 	path := os.Getenv("NCCLWATCH_GEN_FILE")
 	if path == "" {
-		b.Skip("NCCLWATCH_GEN_FILE not set (go run ./cmd/ncclwatch gen --size 32MB -o /tmp/g.raw)")
+		b.Skip("NCCLWATCH_GEN_FILE not set (go run ./cmd/ncclwatch-load gen --size 32MB -o /tmp/g.raw)")
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

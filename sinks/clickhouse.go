@@ -248,6 +248,11 @@ func (c *ClickHouse) Query(ctx context.Context, sql string, args ...any) (driver
 	return c.conn.Query(ctx, sql, args...)
 }
 
+// Exec runs a statement that returns no rows (DDL), for tests and tools.
+func (c *ClickHouse) Exec(ctx context.Context, stmt string) error {
+	return c.exec(ctx, stmt)
+}
+
 // Stats returns the counters.
 func (c *ClickHouse) Stats() ClickHouseStats {
 	return ClickHouseStats{

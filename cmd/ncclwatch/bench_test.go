@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/ncclwatch/ncclwatch/internal/loadtest"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -11,11 +12,11 @@ import (
 // output) once per format.
 func benchInput(b *testing.B, format string) []byte {
 	b.Helper()
-	cfg := defaultGenConfig()
+	cfg := loadtest.DefaultGenConfig()
 	cfg.Bytes = 32 << 20
 	cfg.Format = format
 	var buf bytes.Buffer
-	if _, err := generate(&buf, cfg); err != nil {
+	if _, err := loadtest.Generate(&buf, cfg); err != nil {
 		b.Fatal(err)
 	}
 	return buf.Bytes()

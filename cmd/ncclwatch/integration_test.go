@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/loadtest"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
@@ -485,7 +486,7 @@ func genJobs(t *testing.T, dir string, n int, bytesPerJob int64) map[string]stri
 	t.Helper()
 	out := map[string]string{}
 	for i := range n {
-		cfg := defaultGenConfig()
+		cfg := loadtest.DefaultGenConfig()
 		cfg.Seed = uint64(100 + i)
 		cfg.Bytes = bytesPerJob
 		cfg.Nodes = 2 + i%3
@@ -496,7 +497,7 @@ func genJobs(t *testing.T, dir string, n int, bytesPerJob int64) map[string]stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := generate(f, cfg); err != nil {
+		if _, err := loadtest.Generate(f, cfg); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

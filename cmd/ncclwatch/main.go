@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 )
 
 const usage = `usage: ncclwatch <command> [flags] [args]
@@ -23,8 +24,6 @@ commands:
   migrate  apply the ClickHouse schema migrations
   rules    check rule files and run rule scenarios (rules check|test FILE...)
   replay   produce log files into Kafka as Fluent Bit records
-  gen      write a seeded synthetic training log for benchmarks
-  load     load benchmark: produce a mixed stream, consume it, report records/s, latency and RSS
   version  print the version
 
 Run 'ncclwatch <command> -h' for a command's flags.
@@ -34,7 +33,30 @@ Run 'ncclwatch <command> -h' for a command's flags.
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(profiled(os.Getenv("NCCLWATCH_CPUPROFILE"), func() int {
+		return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	}))
+}
+
+// profiled runs fn under a CPU profile written to file when file is set:
+// the load benchmark (cmd/ncclwatch-load --cpuprofile) profiles `ncclwatch
+// run` this way, as the process it measures.
+func profiled(file string, fn func() int) int {
+	if file == "" {
+		return fn()
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_CPUPROFILE:", err)
+		return exitUsage
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_CPUPROFILE:", err)
+		return exitUsage
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -55,10 +77,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runRules(args[1:], stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
-	case "load":
-		return runLoad(args[1:], stdout, stderr)
-	case "gen":
-		return runGen(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "ncclwatch", version)
 		return exitOK

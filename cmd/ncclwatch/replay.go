@@ -3,14 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -25,38 +23,10 @@ type replayMeta struct {
 }
 
 // fluentBitJSON appends one record of the shape deploy/fluent-bit produces
-// (deploy/fluent-bit/README.md). Metadata fields given by the record's own
+// (parsers.AppendFluentBit). Metadata fields given by the record's own
 // envelope win over replay's flags only when the flag was left empty.
 func fluentBitJSON(dst []byte, line []byte, t time.Time, m replayMeta) []byte {
-	dst = append(dst, `{"@timestamp":`...)
-	dst = strconv.AppendFloat(dst, float64(t.UnixNano())/1e9, 'f', 6, 64)
-	dst = append(dst, `,"log":`...)
-	dst = appendJSONString(dst, string(line)+"\n")
-	dst = append(dst, `,"stream":"stdout","time":"`...)
-	dst = t.UTC().AppendFormat(dst, time.RFC3339Nano)
-	dst = append(dst, `","job":`...)
-	dst = appendJSONString(dst, m.Job)
-	if m.Cluster != "" {
-		dst = append(dst, `,"cluster":`...)
-		dst = appendJSONString(dst, m.Cluster)
-	}
-	dst = append(dst, `,"kubernetes":{"pod_name":`...)
-	dst = appendJSONString(dst, m.Pod)
-	dst = append(dst, `,"namespace_name":`...)
-	dst = appendJSONString(dst, m.Namespace)
-	dst = append(dst, `,"labels":{"training.kubeflow.org/job-name":`...)
-	dst = appendJSONString(dst, m.Job)
-	dst = append(dst, `},"host":`...)
-	dst = appendJSONString(dst, m.Node)
-	dst = append(dst, `,"container_name":`...)
-	dst = appendJSONString(dst, m.Container)
-	dst = append(dst, `}}`...)
-	return dst
-}
-
-func appendJSONString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // never fails for a string
-	return append(dst, b...)
+	return parsers.AppendFluentBit(dst, line, t, parsers.FluentBitMeta(m))
 }
 
 // replayer turns files of any envelope into Fluent Bit records.

@@ -4,17 +4,20 @@
 #   deploy/local/load.sh [RECORDS...] [-- LOAD_FLAGS...]
 #
 # Starts the servers with deploy/local/kafka.sh and clickhouse.sh when they
-# are not running (and stops again only those it started), builds
-# ncclwatch, and runs `ncclwatch load --records N` once per RECORDS
-# (default: 1000000 3000000), printing each report. LOAD_FLAGS go to every
-# run, e.g. `-- --jobs 128 --partitions 16 --config tuned.yaml`; see
-# `ncclwatch load -h`. Every run uses a fresh topic and database (dropped at
-# the end of the run; the topic's data goes with `kafka.sh stop`).
+# are not running (and stops again only those it started), builds ncclwatch
+# and the benchmark (cmd/ncclwatch-load), and runs
+# `ncclwatch-load --peer --records N` once per RECORDS (default: 1000000
+# 3000000), printing each report: ClickHouse's Kafka engine and then
+# `ncclwatch run` consume the same fresh topic, and the ratio is printed.
+# LOAD_FLAGS go to every run, e.g. `-- --jobs 128 --partitions 16 --config
+# tuned.yaml` (PEER=0 drops --peer); see `ncclwatch-load -h`. Every run uses
+# a fresh topic and database (dropped at the end of the run; the topic's
+# data goes with `kafka.sh stop`).
 #
 # env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CLICKHOUSE_PORT (9000)
 #      CLICKHOUSE_HTTP_PORT (8123), as for the server scripts;
-#      NCCLWATCH_BIN (build one when unset); KEEP_SERVERS=1 leaves servers
-#      this script started running.
+#      NCCLWATCH_BIN, NCCLWATCH_LOAD_BIN (built when unset); PEER (1);
+#      KEEP_SERVERS=1 leaves servers this script started running.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,6 +27,7 @@ export KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
 export CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-9000}"
 export CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-8123}"
 KEEP_SERVERS="${KEEP_SERVERS:-}"
+PEER="${PEER:-1}"
 
 log() { printf 'load.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -59,19 +63,27 @@ for s in kafka clickhouse; do
 done
 
 BIN="${NCCLWATCH_BIN:-}"
+LOAD_BIN="${NCCLWATCH_LOAD_BIN:-}"
+build_dir="${TMPDIR:-/tmp}/ncclwatch-load"
+mkdir -p "$build_dir"
 if [[ -z "$BIN" ]]; then
-  BIN="${TMPDIR:-/tmp}/ncclwatch-load/ncclwatch"
-  mkdir -p "$(dirname "$BIN")"
+  BIN="$build_dir/ncclwatch"
   log "building $BIN"
   (cd "$ROOT" && go build -o "$BIN" ./cmd/ncclwatch)
 fi
-"$BIN" load -h >/dev/null 2>&1 || die "$BIN has no 'load' command (cmd/ncclwatch/main.go must dispatch \"load\" to runLoad)"
+if [[ -z "$LOAD_BIN" ]]; then
+  LOAD_BIN="$build_dir/ncclwatch-load"
+  log "building $LOAD_BIN"
+  (cd "$ROOT" && go build -o "$LOAD_BIN" ./cmd/ncclwatch-load)
+fi
+peer=()
+[[ "$PEER" == 1 ]] && peer=(--peer --kafka-tool "$HERE/kafka.sh tool")
 
 log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 status=0
 for n in "${counts[@]}"; do
-  log "ncclwatch load --records $n $*"
-  if ! "$BIN" load --brokers "127.0.0.1:$KAFKA_PORT" --clickhouse "127.0.0.1:$CLICKHOUSE_PORT" --records "$n" "$@"; then
+  log "ncclwatch-load ${peer[*]} --records $n $*"
+  if ! "$LOAD_BIN" --ncclwatch "$BIN" "${peer[@]}" --brokers "127.0.0.1:$KAFKA_PORT" --clickhouse "127.0.0.1:$CLICKHOUSE_PORT" --records "$n" "$@"; then
     status=1
   fi
   echo

@@ -1,21 +1,28 @@
-package main
+// Package loadtest is the project's load benchmark and its input
+// generator, kept out of the product's command package: a seeded synthetic
+// training log (trainer output with NCCL init lines of multi-node jobs) as
+// raw text or Fluent Bit records, and a harness that produces it into a real
+// Kafka topic and times ncclwatch run, and ClickHouse's own Kafka engine as
+// a peer, consuming it. cmd/ncclwatch-load is its command line and
+// deploy/local/load.sh its entry.
+package loadtest
 
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
 )
 
-// genConfig describes a synthetic training log: trainer output with NCCL
+// GenConfig describes a synthetic training log: trainer output with NCCL
 // init lines of a multi-node job mixed in, as a seeded, reproducible stream.
-type genConfig struct {
+type GenConfig struct {
 	Seed      uint64
 	Bytes     int64   // stop after about this many bytes
 	NCCLShare float64 // fraction of lines that are NCCL lines (0.05 = 5 %)
@@ -25,8 +32,10 @@ type genConfig struct {
 	Network   string // "IB" or "Socket": the fabric the synthetic job uses
 }
 
-func defaultGenConfig() genConfig {
-	return genConfig{Seed: 1, Bytes: 64 << 20, NCCLShare: 0.05, Format: "raw", Nodes: 2, GPUs: 8, Network: "IB"}
+// DefaultGenConfig is a 64 MB raw log of a 2-node, 8-GPU IB job with 5 %
+// NCCL lines (the share seen in real trainer logs with NCCL_DEBUG=INFO).
+func DefaultGenConfig() GenConfig {
+	return GenConfig{Seed: 1, Bytes: 64 << 20, NCCLShare: 0.05, Format: "raw", Nodes: 2, GPUs: 8, Network: "IB"}
 }
 
 // trainerLines are shapes of real trainer output (Megatron-LM, torchtitan,
@@ -72,8 +81,9 @@ var ncclTemplates = map[string][]string{
 	},
 }
 
-// generate writes a synthetic mixed stream to w.
-func generate(w io.Writer, cfg genConfig) (int64, error) {
+// Generate writes a synthetic mixed stream to w and returns the bytes
+// written.
+func Generate(w io.Writer, cfg GenConfig) (int64, error) {
 	tpl, ok := ncclTemplates[cfg.Network]
 	if !ok {
 		return 0, fmt.Errorf("gen: network %q: want IB or Socket", cfg.Network)
@@ -100,7 +110,7 @@ func generate(w io.Writer, cfg genConfig) (int64, error) {
 		if cfg.Format == "fluentbit" {
 			node := strconv.Itoa(r / cfg.GPUs)
 			t := base.Add(time.Duration(i) * time.Millisecond)
-			jsonBuf = fluentBitJSON(jsonBuf[:0], line, t, replayMeta{Job: "train-llm-7b", Namespace: "ml-research",
+			jsonBuf = parsers.AppendFluentBit(jsonBuf[:0], line, t, parsers.FluentBitMeta{Job: "train-llm-7b", Namespace: "ml-research",
 				Pod: "train-llm-7b-worker-" + node, Node: "gpu-node-" + node, Container: "pytorch"})
 			out = jsonBuf
 		}
@@ -116,7 +126,7 @@ func generate(w io.Writer, cfg genConfig) (int64, error) {
 	return written, bw.Flush()
 }
 
-func fillNCCL(dst []byte, tpl string, r int, cfg genConfig) []byte {
+func fillNCCL(dst []byte, tpl string, r int, cfg GenConfig) []byte {
 	node, d := r/cfg.GPUs, r%cfg.GPUs
 	peer := (r + cfg.GPUs) % (cfg.Nodes * cfg.GPUs)
 	next := node*cfg.GPUs + (d+1)%cfg.GPUs
@@ -165,54 +175,8 @@ func fillTrainer(dst []byte, tpl string, rng *rand.Rand) []byte {
 	return dst
 }
 
-func runGen(args []string, stdout, stderr io.Writer) int {
-	cfg := defaultGenConfig()
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed: the same seed gives the same bytes")
-	size := fs.String("size", "64MB", "approximate output size (B, KB, MB, GB)")
-	fs.Float64Var(&cfg.NCCLShare, "nccl-share", cfg.NCCLShare, "fraction of lines that are NCCL lines")
-	fs.StringVar(&cfg.Format, "format", cfg.Format, "raw or fluentbit")
-	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job")
-	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node")
-	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB or Socket")
-	out := fs.String("o", "-", "output file, - for stdout")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ncclwatch gen [flags]  — write a seeded synthetic training log (trainer output with NCCL lines)")
-		fs.PrintDefaults()
-	}
-	if code, ok := parseArgs(fs, args); !ok {
-		return code
-	}
-	n, err := parseSize(*size)
-	if err != nil {
-		fmt.Fprintln(stderr, "ncclwatch gen: --size:", err)
-		return exitUsage
-	}
-	cfg.Bytes = n
-	if cfg.Format != "raw" && cfg.Format != "fluentbit" {
-		fmt.Fprintln(stderr, "ncclwatch gen: --format: want raw or fluentbit")
-		return exitUsage
-	}
-	w := stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch gen:", err)
-			return exitUsage
-		}
-		defer f.Close()
-		w = f
-	}
-	if _, err := generate(w, cfg); err != nil {
-		fmt.Fprintln(stderr, "ncclwatch gen:", err)
-		return exitUsage
-	}
-	return exitOK
-}
-
-// parseSize reads "64MB", "1GB", "512KB" or a plain byte count (powers of 1024).
-func parseSize(s string) (int64, error) {
+// ParseSize reads "64MB", "1GB", "512KB" or a plain byte count (powers of 1024).
+func ParseSize(s string) (int64, error) {
 	s = strings.TrimSpace(strings.ToUpper(s))
 	mult := int64(1)
 	for _, u := range []struct {

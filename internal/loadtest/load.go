@@ -1,0 +1,938 @@
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/sinks"
+)
+
+// Options configure the load benchmark.
+type Options struct {
+	Brokers    []string
+	ClickHouse []string
+	Topic      string // created and filled (default: ncclwatch-load-<random>)
+	Database   string // default: ncclwatch_load_<random>, dropped at the end
+	// NCCLWatch is the ncclwatch binary the benchmark runs as
+	// `ncclwatch run` on the topic.
+	NCCLWatch string
+	Config    string // optional YAML for `ncclwatch run` (tuning); the benchmark's flags win
+	// Peer also times ClickHouse's own Kafka engine with a materialized
+	// view doing the minimal job on the same topic, before ncclwatch.
+	Peer bool
+	// KafkaTool runs a Kafka tool class (deploy/local/kafka.sh tool); the
+	// peer's fresh group is reset to the earliest offsets with it.
+	KafkaTool   []string
+	Records     int64
+	Jobs        int
+	Partitions  int
+	Producers   int
+	NCCLShare   float64
+	Seed        uint64
+	LatRate     float64 // records/s offered while latency is measured; 0 skips it
+	LatDuration time.Duration
+	ProduceOnly bool
+	Keep        bool
+	CPUProfile  string // CPU profile of ncclwatch's consume phase
+	Timeout     time.Duration
+}
+
+// DefaultOptions is the issue's benchmark: 1 M records over 64 jobs on 8
+// partitions, 5 % NCCL lines; 20 k records/s for 10 s of latency samples.
+func DefaultOptions() Options {
+	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1,
+		LatRate: 20000, LatDuration: 10 * time.Second, Timeout: 15 * time.Minute,
+		NCCLWatch: "ncclwatch", KafkaTool: []string{"deploy/local/kafka.sh", "tool"}}
+}
+
+// Validate checks o and fills the random topic and database names.
+func (o *Options) Validate() error {
+	var bad []string
+	switch {
+	case len(o.Brokers) == 0:
+		bad = append(bad, "--brokers: required")
+	case len(o.ClickHouse) == 0 && !o.ProduceOnly:
+		bad = append(bad, "--clickhouse: required")
+	}
+	if o.Records <= 0 || o.Jobs <= 0 || o.Partitions <= 0 || o.Producers <= 0 {
+		bad = append(bad, "--records, --jobs, --partitions and --producers must be > 0")
+	}
+	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 {
+		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate and --latency-duration >= 0")
+	}
+	if o.Peer && len(o.KafkaTool) == 0 {
+		bad = append(bad, "--kafka-tool: required with --peer")
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	suffix := randomSuffix()
+	if o.Topic == "" {
+		o.Topic = "ncclwatch-load-" + suffix
+	}
+	if o.Database == "" {
+		o.Database = "ncclwatch_load_" + suffix
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// JobName names job j of the stream: fixed width, so that every job's
+// records have the same size.
+func JobName(prefix string, j int) string { return fmt.Sprintf("%s-j%04d", prefix, j) }
+
+// Records calls fn with n seeded Fluent Bit records of one synthetic job:
+// Generate's stream (Format "fluentbit", the shape of Fluent Bit's
+// kubernetes filter) with its fixed job name replaced by job, and the
+// record's "time" set by stamp (nil keeps Generate's). rec is valid only
+// during the call. Jobs differ in seed, node count and network (every
+// fourth one is a silent Socket fallback).
+func Records(seed uint64, j int, job string, share float64, n int64, stamp func() time.Time, fn func(rec []byte) error) error {
+	cfg := DefaultGenConfig()
+	cfg.Seed = seed<<20 + uint64(j)
+	cfg.Bytes = math.MaxInt64
+	cfg.Format = "fluentbit"
+	cfg.NCCLShare = share
+	cfg.Nodes = 2 + j%4
+	if j%4 == 3 {
+		cfg.Network = "Socket"
+	}
+	lw := &lineWriter{left: n, job: []byte(job), stamp: stamp, fn: fn}
+	_, err := Generate(lw, cfg)
+	if errors.Is(err, errEnough) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("load: generator ended early")
+	}
+	return err
+}
+
+var errEnough = errors.New("enough records")
+
+// genJobName is the job name Generate writes into every record.
+var genJobName = []byte("train-llm-7b")
+
+// lineWriter turns Generate's output into records: it splits lines,
+// rewrites each and stops the generator with errEnough after left records.
+type lineWriter struct {
+	left  int64
+	job   []byte
+	stamp func() time.Time
+	fn    func([]byte) error
+	carry []byte
+	rec   []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		nl := bytes.IndexByte(p, '\n')
+		if nl < 0 {
+			w.carry = append(w.carry, p...)
+			break
+		}
+		line := p[:nl]
+		if len(w.carry) > 0 {
+			w.carry = append(w.carry, line...)
+			line = w.carry
+		}
+		p = p[nl+1:]
+		w.rec = rewriteRecord(w.rec[:0], line, w.job, w.stamp)
+		w.carry = w.carry[:0]
+		if err := w.fn(w.rec); err != nil {
+			return 0, err
+		}
+		if w.left--; w.left <= 0 {
+			return 0, errEnough
+		}
+	}
+	return n, nil
+}
+
+// rewriteRecord appends rec with Generate's job name replaced by job and,
+// when stamp is set, its "time" field set to stamp().
+func rewriteRecord(dst, rec, job []byte, stamp func() time.Time) []byte {
+	for {
+		i := bytes.Index(rec, genJobName)
+		if i < 0 {
+			break
+		}
+		dst = append(dst, rec[:i]...)
+		dst = append(dst, job...)
+		rec = rec[i+len(genJobName):]
+	}
+	dst = append(dst, rec...)
+	if stamp == nil {
+		return dst
+	}
+	// "stream" comes right after "log" in Generate's records: this cannot
+	// match inside the escaped log text.
+	const key = `"stream":"stdout","time":"`
+	i := bytes.Index(dst, []byte(key))
+	if i < 0 {
+		return dst
+	}
+	start := i + len(key)
+	end := bytes.IndexByte(dst[start:], '"')
+	if end < 0 {
+		return dst
+	}
+	tail := append([]byte(nil), dst[start+end:]...)
+	dst = stamp().UTC().AppendFormat(dst[:start], time.RFC3339Nano)
+	return append(dst, tail...)
+}
+
+// procStatus reads VmRSS and VmHWM (bytes) of process pid ("self" for
+// this one) from /proc.
+func procStatus(pid string) (rss, hwm int64) {
+	f, err := os.Open("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		var dst *int64
+		switch {
+		case strings.HasPrefix(l, "VmRSS:"):
+			dst = &rss
+		case strings.HasPrefix(l, "VmHWM:"):
+			dst = &hwm
+		default:
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) >= 2 {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			*dst = kb << 10
+		}
+	}
+	return rss, hwm
+}
+
+// procCPU returns process pid's user+system CPU time from /proc/pid/stat
+// (clock ticks of 1/100 s, the Linux USER_HZ).
+func procCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// selfCPU returns this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memSampler follows a process's resident memory.
+type memSampler struct {
+	pid    string
+	mu     sync.Mutex
+	maxRSS int64
+}
+
+func (m *memSampler) run(ctx context.Context) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rss, _ := procStatus(m.pid)
+		m.mu.Lock()
+		m.maxRSS = max(m.maxRSS, rss)
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// reset starts a new window and returns the maximum of the last one.
+func (m *memSampler) reset() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.maxRSS
+	m.maxRSS = 0
+	return v
+}
+
+// phase is one measured part of the run.
+type phase struct {
+	records int64
+	bytes   int64
+	wall    time.Duration
+	cpu     time.Duration
+}
+
+func (p phase) rate() float64 {
+	if p.wall <= 0 {
+		return 0
+	}
+	return float64(p.records) / p.wall.Seconds()
+}
+
+func (p phase) String() string {
+	if p.wall <= 0 {
+		return "-"
+	}
+	s := p.wall.Seconds()
+	return fmt.Sprintf("%d records, %.1f MB in %.2f s: %.0f records/s, %.1f MB/s; CPU %.1f s (%.2f cores)",
+		p.records, float64(p.bytes)/1e6, s, float64(p.records)/s, float64(p.bytes)/1e6/s, p.cpu.Seconds(), p.cpu.Seconds()/s)
+}
+
+// Report holds the figures the benchmark prints.
+type Report struct {
+	o             Options
+	server        string
+	produce       phase
+	peer          *peerResult
+	consume       phase         // ncclwatch run started → its group's lag 0
+	firstCommit   time.Duration // ncclwatch run started → its first commit
+	latRecords    int64
+	latencies     []time.Duration // sorted
+	hwmProduce    int64
+	maxRSSConsume int64
+	maxRSSLatency int64
+	hwmEnd        int64
+	stored        string // nccl_events rows as a query sees them
+	steps         string // training_steps rows
+	verdicts      string // job verdicts by kind
+}
+
+// quantile returns the q-quantile of sorted d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(d)))) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// Print writes the report.
+func (r *Report) Print(w io.Writer) {
+	o := r.o
+	fmt.Fprintf(w, "ncclwatch load: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, seed %d\n",
+		o.Records, o.Jobs, o.Partitions, o.NCCLShare*100, o.Seed)
+	fmt.Fprintf(w, "machine: %d CPUs %s/%s %s; broker %s; clickhouse %s %s; topic %s, database %s\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(o.Brokers, ","),
+		strings.Join(o.ClickHouse, ","), r.server, o.Topic, o.Database)
+	fmt.Fprintf(w, "produce:  %s (%d producers, generation + lz4 + acks)\n", r.produce, o.Producers)
+	if o.ProduceOnly {
+		return
+	}
+	if p := r.peer; p != nil {
+		fmt.Fprintf(w, "peer:     ClickHouse Kafka engine + materialized view (NCCL lines, Using network, GDRDMA): %s; %d rows (first commit after %.2f s)\n",
+			p.phase, p.rows, p.firstCommit.Seconds())
+	}
+	fmt.Fprintf(w, "consume:  ncclwatch run: %s (process start to group lag 0; first commit after %.2f s)\n",
+		r.consume, r.firstCommit.Seconds())
+	if p := r.peer; p != nil && p.phase.rate() > 0 {
+		fmt.Fprintf(w, "ratio:    ncclwatch %.2fx the Kafka engine's records/s\n", r.consume.rate()/p.phase.rate())
+	}
+	fmt.Fprintf(w, "stored:   a query sees %s nccl_events rows (FINAL), %s training_steps rows; job verdicts: %s\n",
+		r.stored, r.steps, r.verdicts)
+	if len(r.latencies) > 0 {
+		fmt.Fprintf(w, "latency:  %d records offered at %.0f records/s: record-to-row p50 %s, p90 %s, p99 %s, max %s (every record: its time to its offset committed, after ClickHouse acknowledged it)\n",
+			r.latRecords, o.LatRate, quantile(r.latencies, 0.5).Round(time.Millisecond), quantile(r.latencies, 0.9).Round(time.Millisecond),
+			quantile(r.latencies, 0.99).Round(time.Millisecond), r.latencies[len(r.latencies)-1].Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "memory:   load harness VmHWM after produce %.0f MB; ncclwatch run: max VmRSS consuming %.0f MB, during latency phase %.0f MB, VmHWM at end %.0f MB\n",
+		mb(r.hwmProduce), mb(r.maxRSSConsume), mb(r.maxRSSLatency), mb(r.hwmEnd))
+}
+
+func mb(b int64) float64 { return float64(b) / 1e6 }
+
+// Run runs the benchmark: produce the backlog; optionally time the peer on
+// it; time `ncclwatch run` on it; then measure latency at an offered rate.
+func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	rep := &Report{o: o}
+	pcfg := kafka.DefaultProducerConfig()
+	pcfg.Brokers, pcfg.Topic = o.Brokers, o.Topic
+	if err := kafka.CreateTopicWith(ctx, pcfg, o.Partitions); err != nil {
+		return nil, err
+	}
+	var err error
+	if rep.produce, err = produceBacklog(ctx, o, pcfg); err != nil {
+		return rep, err
+	}
+	_, rep.hwmProduce = procStatus("self")
+	if o.ProduceOnly {
+		return rep, nil
+	}
+
+	chcfg := sinks.DefaultClickHouseConfig()
+	chcfg.Addr, chcfg.Database = o.ClickHouse, o.Database
+	ch, err := sinks.NewClickHouse(ctx, chcfg)
+	if err != nil {
+		return rep, err
+	}
+	defer ch.Close()
+	rep.server = ch.Version()
+	if _, err := ch.Migrate(ctx); err != nil {
+		return rep, err
+	}
+	if !o.Keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = execSQL(dctx, ch, "DROP DATABASE IF EXISTS "+o.Database)
+		}()
+	}
+	offs, err := kafka.NewGroupOffsets(o.Brokers, o.Topic, o.Partitions)
+	if err != nil {
+		return rep, err
+	}
+	defer offs.Close()
+	end, err := offs.End(ctx)
+	if err != nil {
+		return rep, err
+	}
+
+	if o.Peer {
+		if rep.peer, err = runPeer(ctx, o, ch, offs, end, rep.produce, stderr); err != nil {
+			return rep, fmt.Errorf("peer: %w", err)
+		}
+	}
+
+	// ncclwatch run on the backlog, timed to its group's lag 0.
+	group := o.Topic
+	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
+	if err != nil {
+		return rep, err
+	}
+	defer svc.kill()
+	lag, err := waitLagZero(ctx, offs, group, end, svc.exited)
+	if err != nil {
+		return rep, fmt.Errorf("ncclwatch run consuming the backlog: %w", err)
+	}
+	rep.consume = phase{records: rep.produce.records, bytes: rep.produce.bytes, wall: lag.done.Sub(svc.started), cpu: procCPU(svc.pid)}
+	rep.firstCommit = lag.first.Sub(svc.started)
+	rep.maxRSSConsume = svc.mem.reset()
+	if o.CPUProfile != "" {
+		// The profile covers the backlog only: a fresh process measures
+		// latency.
+		_, rep.hwmEnd = procStatus(svc.pid)
+		if err := svc.stop(); err != nil {
+			return rep, err
+		}
+		if svc, err = startService(ctx, o, group, "", stderr); err != nil {
+			return rep, err
+		}
+		defer svc.kill()
+	}
+
+	// Latency at an offered rate: every record's time is when it was made;
+	// it is stored when its offset is committed, which ncclwatch does only
+	// after ClickHouse acknowledged the batch that holds it.
+	if o.LatRate > 0 && o.LatDuration > 0 {
+		lat := &latencyProbe{partitions: o.Partitions, base: end, stamps: make([][]time.Time, o.Partitions)}
+		pctx, pcancel := context.WithCancel(ctx)
+		polled := make(chan error, 1)
+		go func() { polled <- lat.poll(pctx, offs, group) }()
+		n, err := producePaced(ctx, o, pcfg, lat)
+		if err == nil {
+			rep.latRecords = n
+			err = lat.wait(ctx, time.Minute, svc.exited)
+		}
+		pcancel()
+		if perr := <-polled; err == nil && perr != nil && !errors.Is(perr, context.Canceled) {
+			err = perr
+		}
+		if err != nil {
+			return rep, fmt.Errorf("latency phase: %w", err)
+		}
+		rep.latencies = lat.sorted()
+		rep.maxRSSLatency = svc.mem.reset()
+	}
+	if _, hwm := procStatus(svc.pid); hwm > 0 {
+		rep.hwmEnd = max(rep.hwmEnd, hwm)
+	}
+	if err := svc.stop(); err != nil {
+		return rep, err
+	}
+	rep.stored, rep.steps, rep.verdicts = storedFigures(ctx, ch, o.Database)
+	return rep, nil
+}
+
+// service is a running `ncclwatch run`.
+type service struct {
+	cmd     *exec.Cmd
+	pid     string
+	started time.Time
+	exited  chan struct{}
+	err     error // valid after exited is closed
+	mem     *memSampler
+	cancel  context.CancelFunc
+	stderr  *tailBuffer
+}
+
+// startService starts `ncclwatch run` on the topic as group; profile, when
+// set, is the CPU profile file it writes (NCCLWATCH_CPUPROFILE).
+func startService(ctx context.Context, o Options, group, profile string, stderr io.Writer) (*service, error) {
+	args := []string{"run", "--brokers", strings.Join(o.Brokers, ","), "--topic", o.Topic, "--group", group,
+		"--clickhouse", strings.Join(o.ClickHouse, ","), "--database", o.Database,
+		"--listen", "127.0.0.1:0", "--log-level", "warn"}
+	if o.Config != "" {
+		args = append(args, "--config", o.Config)
+	}
+	cmd := exec.Command(o.NCCLWatch, args...)
+	tb := &tailBuffer{max: 16 << 10, w: stderr}
+	cmd.Stdout, cmd.Stderr = tb, tb
+	cmd.Env = os.Environ()
+	if profile != "" {
+		cmd.Env = append(cmd.Env, "NCCLWATCH_CPUPROFILE="+profile)
+	}
+	s := &service{cmd: cmd, exited: make(chan struct{}), stderr: tb}
+	s.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s run: %w", o.NCCLWatch, err)
+	}
+	s.pid = strconv.Itoa(cmd.Process.Pid)
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+	s.mem = &memSampler{pid: s.pid}
+	mctx, mcancel := context.WithCancel(ctx)
+	s.cancel = mcancel
+	go s.mem.run(mctx)
+	return s, nil
+}
+
+// stop ends the service with SIGTERM, as a deployment does, and returns
+// its error when it did not stop cleanly within a minute.
+func (s *service) stop() error {
+	defer s.cancel()
+	select {
+	case <-s.exited:
+		return fmt.Errorf("ncclwatch run exited early: %v\n%s", s.err, s.stderr.String())
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(time.Minute):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return errors.New("ncclwatch run did not stop within a minute of SIGTERM")
+	}
+	if s.err != nil {
+		return fmt.Errorf("ncclwatch run: %v\n%s", s.err, s.stderr.String())
+	}
+	return nil
+}
+
+// kill ends the service if it still runs (error paths).
+func (s *service) kill() {
+	s.cancel()
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// tailBuffer passes output through to w and keeps its last max bytes for
+// error messages.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+	w   io.Writer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	if t.w != nil {
+		_, _ = t.w.Write(p)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// lagTimes are when a group first committed and when its lag reached 0.
+type lagTimes struct{ first, done time.Time }
+
+// lagPoll is how often committed offsets are read while timing a consumer:
+// one OffsetFetch round trip, well under 1 % of a core at this rate.
+const lagPoll = 10 * time.Millisecond
+
+// waitLagZero polls group's committed offsets until they reach end on every
+// partition. exited, when it closes, means the consumer died.
+func waitLagZero(ctx context.Context, offs *kafka.GroupOffsets, group string, end []int64, exited <-chan struct{}) (lagTimes, error) {
+	var t lagTimes
+	tick := time.NewTicker(lagPoll)
+	defer tick.Stop()
+	for {
+		c, err := offs.Committed(ctx, group)
+		now := time.Now()
+		if err == nil {
+			var sum, want int64
+			done := true
+			for p := range end {
+				sum += c[p]
+				want += end[p]
+				done = done && c[p] >= end[p]
+			}
+			if t.first.IsZero() && sum > 0 {
+				t.first = now
+			}
+			if done {
+				t.done = now
+				return t, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return t, fmt.Errorf("%w (last offset fetch error: %v)", ctx.Err(), err)
+		case <-exited:
+			return t, errors.New("consumer exited")
+		case <-tick.C:
+		}
+	}
+}
+
+// latencyProbe holds the time of every record produced in the latency
+// phase by partition and offset, and the latency of each once its offset
+// is committed. The producer's balancer is CRC32 of the key modulo the
+// partition count, so the partition of a record is known at production,
+// and offsets on a partition follow production order (one producer).
+type latencyProbe struct {
+	partitions int
+	base       []int64 // end offsets before the phase
+
+	mu       sync.Mutex
+	stamps   [][]time.Time // per partition, by offset - base
+	produced int64
+	done     []int64 // committed offset seen, per partition, minus base
+	lat      []time.Duration
+	samples  atomic.Int64
+}
+
+func (l *latencyProbe) add(key string, t time.Time) {
+	p := int(crc32.ChecksumIEEE([]byte(key)) % uint32(l.partitions))
+	l.mu.Lock()
+	l.stamps[p] = append(l.stamps[p], t)
+	l.produced++
+	l.mu.Unlock()
+}
+
+func (l *latencyProbe) poll(ctx context.Context, offs *kafka.GroupOffsets, group string) error {
+	l.mu.Lock()
+	l.done = make([]int64, l.partitions)
+	l.mu.Unlock()
+	tick := time.NewTicker(lagPoll)
+	defer tick.Stop()
+	for {
+		c, err := offs.Committed(ctx, group)
+		now := time.Now()
+		if err == nil {
+			l.mu.Lock()
+			for p := range c {
+				upto := min(c[p]-l.base[p], int64(len(l.stamps[p])))
+				for i := l.done[p]; i < upto; i++ {
+					l.lat = append(l.lat, now.Sub(l.stamps[p][i]))
+				}
+				l.done[p] = max(l.done[p], upto)
+			}
+			l.samples.Store(int64(len(l.lat)))
+			l.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// wait returns when every produced record has its latency, or after limit.
+func (l *latencyProbe) wait(ctx context.Context, limit time.Duration, exited <-chan struct{}) error {
+	l.mu.Lock()
+	n := l.produced
+	l.mu.Unlock()
+	deadline := time.After(limit)
+	tick := time.NewTicker(lagPoll)
+	defer tick.Stop()
+	for l.samples.Load() < n {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errors.New("ncclwatch run exited")
+		case <-deadline:
+			return fmt.Errorf("%d of %d records committed %s after the last was produced", l.samples.Load(), n, limit)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+func (l *latencyProbe) sorted() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := slices.Clone(l.lat)
+	slices.Sort(d)
+	return d
+}
+
+// execSQL runs a statement that returns no rows.
+func execSQL(ctx context.Context, ch *sinks.ClickHouse, sql string) error {
+	return ch.Exec(ctx, sql)
+}
+
+// count runs a SELECT count() query.
+func count(ctx context.Context, ch *sinks.ClickHouse, sql string) (uint64, error) {
+	rows, err := ch.Query(ctx, sql)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n uint64
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}
+
+// storedFigures reads back what a query sees: the NCCL rows (FINAL), the
+// training_steps rows and the job verdicts, as a check that the load was
+// stored whole.
+func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored, steps, verdicts string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	figure := func(sql string) string {
+		n, err := count(ctx, ch, sql)
+		if err != nil {
+			return err.Error()
+		}
+		return strconv.FormatUint(n, 10)
+	}
+	stored = figure("SELECT count() FROM " + db + ".nccl_events FINAL")
+	steps = figure("SELECT count() FROM " + db + ".training_steps")
+	rows, err := ch.Query(ctx, "SELECT verdict, count() FROM "+db+".job_verdicts GROUP BY verdict ORDER BY verdict")
+	if err != nil {
+		return stored, steps, err.Error()
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var v string
+		var c uint64
+		if err := rows.Scan(&v, &c); err != nil {
+			return stored, steps, err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", v, c))
+	}
+	return stored, steps, strings.Join(parts, ", ")
+}
+
+// produceBacklog produces o.Records records over o.Jobs jobs with
+// o.Producers concurrent producers, as fast as the broker takes them.
+func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (phase, error) {
+	prod, err := kafka.NewProducer(pcfg)
+	if err != nil {
+		return phase{}, err
+	}
+	defer prod.Close()
+	var records, size atomic.Int64
+	errs := make(chan error, o.Producers)
+	start, cpu0 := time.Now(), selfCPU()
+	stamp := func() time.Time { return time.Now() }
+	for w := range o.Producers {
+		go func() {
+			errs <- func() error {
+				c := newChunker(prod, pcfg.BatchSize)
+				for j := w; j < o.Jobs; j += o.Producers {
+					n := o.Records / int64(o.Jobs)
+					if int64(j) < o.Records%int64(o.Jobs) {
+						n++
+					}
+					if n == 0 {
+						continue
+					}
+					job := JobName("load", j)
+					err := Records(o.Seed, j, job, o.NCCLShare, n, stamp, func(rec []byte) error {
+						return c.add(ctx, job, rec)
+					})
+					if err == nil {
+						err = c.flush(ctx)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				records.Add(c.records)
+				size.Add(c.bytes)
+				return nil
+			}()
+		}()
+	}
+	var first error
+	for range o.Producers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return phase{records: records.Load(), bytes: size.Load(), wall: time.Since(start), cpu: selfCPU() - cpu0}, first
+}
+
+// chunker collects records into produce calls of up to size messages in
+// one reused arena: Produce does not keep the slices.
+type chunker struct {
+	prod    *kafka.Producer
+	size    int
+	msgs    []kafka.ProducerMessage
+	arena   []byte
+	ends    []int
+	keys    []string
+	records int64
+	bytes   int64
+}
+
+func newChunker(p *kafka.Producer, size int) *chunker {
+	return &chunker{prod: p, size: size}
+}
+
+func (c *chunker) add(ctx context.Context, key string, rec []byte) error {
+	c.arena = append(c.arena, rec...)
+	c.ends = append(c.ends, len(c.arena))
+	c.keys = append(c.keys, key)
+	if len(c.ends) >= c.size {
+		return c.flush(ctx)
+	}
+	return nil
+}
+
+func (c *chunker) flush(ctx context.Context) error {
+	if len(c.ends) == 0 {
+		return nil
+	}
+	c.msgs = c.msgs[:0]
+	from := 0
+	for i, end := range c.ends {
+		// The key is the job, as Fluent Bit's output keys it.
+		c.msgs = append(c.msgs, kafka.ProducerMessage{Key: []byte(c.keys[i]), Value: c.arena[from:end:end]})
+		from = end
+	}
+	if err := c.prod.Produce(ctx, c.msgs); err != nil {
+		return err
+	}
+	c.records += int64(len(c.ends))
+	c.bytes += int64(len(c.arena))
+	c.arena, c.ends, c.keys = c.arena[:0], c.ends[:0], c.keys[:0]
+	return nil
+}
+
+// producePaced offers o.LatRate records/s for o.LatDuration over fresh
+// jobs, each record stamped with the time it was made and noted in lat,
+// and returns the number of records produced.
+func producePaced(ctx context.Context, o Options, pcfg kafka.ProducerConfig, lat *latencyProbe) (int64, error) {
+	// A short batch timeout: the offered rate, not the producer's
+	// batching, should set the latency.
+	pcfg.BatchTimeout = 2 * time.Millisecond
+	prod, err := kafka.NewProducer(pcfg)
+	if err != nil {
+		return 0, err
+	}
+	defer prod.Close()
+	total := int64(o.LatRate * o.LatDuration.Seconds())
+	perJob := max(total/int64(o.Jobs), 1)
+	// One produce call per 10 ms of records, as a log shipper flushes.
+	quantum := max(int64(o.LatRate/100), 1)
+	c := newChunker(prod, math.MaxInt)
+	start := time.Now()
+	var made int64
+	for j := 0; made < total; j++ {
+		job := JobName("latency", j%o.Jobs)
+		n := min(perJob, total-made)
+		var stamp time.Time
+		now := func() time.Time { stamp = time.Now(); return stamp }
+		err := Records(o.Seed+1, j, job, o.NCCLShare, n, now, func(rec []byte) error {
+			made++
+			lat.add(job, stamp)
+			if err := c.add(ctx, job, rec); err != nil {
+				return err
+			}
+			if made%quantum != 0 {
+				return nil
+			}
+			if err := c.flush(ctx); err != nil {
+				return err
+			}
+			due := start.Add(time.Duration(float64(made) / o.LatRate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(d):
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return c.records, err
+		}
+	}
+	if err := c.flush(ctx); err != nil {
+		return c.records, err
+	}
+	return c.records, nil
+}
