@@ -161,6 +161,18 @@ func parseHostPidTid(b []byte, ev *pipeline.Event) {
 	}
 	// An empty hostname prints as "::pid:tid" (corpus 065).
 	ev.Host, ev.PID, ev.TID = bytes.TrimLeft(tok[:c1], ":"), tok[c1+1:c2], tok[c2+1:]
+	if i := bytes.LastIndexAny(ev.Host, ":]"); i >= 0 {
+		// A launcher tag glued to the host: Ray's
+		// "[nccl-e9ef-7d4f-0:2]:nccl-e9ef-7d4f-0:11171:11240" (corpus 254).
+		// Hostnames hold neither ':' nor ']'.
+		ev.Host = ev.Host[i+1:]
+	}
+	if c1 == 0 && start > 0 {
+		// A redaction that left a space before the colon: "NAME :70918:70928"
+		// beside "NAME:70918:70927" (corpus 253) is host NAME.
+		prev := trimRightSpace(b[:start])
+		ev.Host = prev[bytes.LastIndexByte(prev, ' ')+1:]
+	}
 }
 
 // parseMessage dispatches on the message text after "NCCL INFO ".
@@ -215,6 +227,12 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 		case hasPrefix(msg, "Using network "):
 			ev.Kind = pipeline.EventNetwork
 			ev.Name = trimSpace(msg[len("Using network "):])
+			return
+		case hasPrefix(msg, "Using non-device net plugin") || hasPrefix(msg, "Using NCCL_NET_DEVICE_UNPACK net plugin"):
+			// 2.19–2.26 print it for the net just selected, without its
+			// name: the plugin that loaded before it is in use.
+			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagAssigned
 			return
 		case hasPrefix(msg, "Using internal Network "):
 			// 2.2/2.3 wording (corpus 101, 102).
@@ -347,6 +365,27 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			return
 		}
 	}
+	if i := bytes.Index(msg, []byte(": opCount ")); i > 0 && i < 20 {
+		// COLL trace "AllReduce: opCount 0 … comm 0x7fc0… [nranks=2]
+		// stream …" (corpus 261): the communicator's size.
+		if c := bytes.Index(msg, []byte(" comm 0x")); c > 0 {
+			ptr := msg[c+len(" comm "):]
+			if e := bytes.IndexByte(ptr, ' '); e > 0 {
+				ptr = ptr[:e]
+			}
+			if n := bytes.Index(msg, []byte("[nranks=")); n > 0 {
+				v := msg[n+len("[nranks="):]
+				if e := bytes.IndexByte(v, ']'); e > 0 {
+					if nr, ok := atoi(v[:e]); ok {
+						ev.Kind = pipeline.EventComm
+						ev.CommPtr = ptr
+						ev.NRanks = nr
+						return
+					}
+				}
+			}
+		}
+	}
 	if hasPrefix(msg, "transport/net") && bytes.Contains(msg, []byte(" -> ")) {
 		// Error traces through transport/net.cc or net_socket.cc show a NET
 		// transport was in use even when no connection line is in view
@@ -435,6 +474,13 @@ func parseNetIB(rest []byte, ev *pipeline.Event) bool {
 	case hasPrefix(rest, "GPU Direct RDMA "):
 		parseGDR(rest, ev)
 		return true
+	case len(rest) > 2 && rest[0] == '[' && isDigit(rest[1]):
+		// ≤ 2.3 prints one device per line: "NET/IB: [0] mlx5_1:1/IB"
+		// (corpus 264).
+		ev.Kind = pipeline.EventIBDevices
+		ev.Value = rest
+		ev.Name = nameIB
+		return true
 	}
 	return false
 }
@@ -462,16 +508,18 @@ func parseNetOther(rest []byte, ev *pipeline.Event) bool {
 	case bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ")):
 		// aws-ofi-nccl found NICs of a provider: "NET/OFI Selected Provider
 		// is efa (found 4 nics)" (≤ 1.13), "… provider is efa, fabric is
-		// efa-direct (found 4 nics)" (1.14+). The plugin initialized.
+		// efa-direct (found 4 nics)" (1.14+). Loaded, not yet selected
+		// (corpus 247).
 		ev.Kind = pipeline.EventPluginLoaded
-		ev.Flags |= pipeline.FlagInitOK
 		ev.Name = []byte("AWS Libfabric")
 		return true
 	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")):
 		// NET/gIB : Initializing gIB v1.0.6 ; NET/FastSocket plugin initialized ;
 		// NET/FasTrak <ts>: Initializing network FasTrak (corpus 047, 034, 052).
 		ev.Kind = pipeline.EventPluginLoaded
-		ev.Flags |= pipeline.FlagInitOK
+		if hasPrefix(body, "plugin initialized") {
+			ev.Flags |= pipeline.FlagInitOK
+		}
 		if bytes.Equal(name, []byte("OFI")) {
 			ev.Name = []byte("AWS Libfabric")
 		} else {

@@ -96,7 +96,7 @@ type CommSummary struct {
 	GDR          *bool             `json:"gdr"`
 	GDRSend      *bool             `json:"gdr_send"`
 	GDRRecv      *bool             `json:"gdr_recv"`
-	GDRPartial   bool              `json:"gdr_partial"`
+	GDRPartial   *bool             `json:"gdr_partial"`
 	MultiNode    *bool             `json:"multi_node"`
 	NRanks       *int              `json:"nranks"`
 	NNodes       *int              `json:"nnodes"`
@@ -143,7 +143,7 @@ type JobSummary struct {
 	GDR          *bool      `json:"gdr"`
 	GDRSend      *bool      `json:"gdr_send"`
 	GDRRecv      *bool      `json:"gdr_recv"`
-	GDRPartial   bool       `json:"gdr_partial"`
+	GDRPartial   *bool      `json:"gdr_partial"`
 	MultiNode    *bool      `json:"multi_node"`
 	NNodes       *int       `json:"nnodes"`
 	NRanks       *int       `json:"nranks"`

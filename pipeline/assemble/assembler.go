@@ -376,10 +376,16 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 			// (NCCL then prints Failed to initialize NET plugin IB).
 			p.ibEmpty = true
 			p.dropCand("IB")
+			if hpcxPlugin(p.loadedPlugin) {
+				p.dropCand(p.loadedPlugin)
+				p.loadedPlugin = ""
+			}
 		} else {
 			p.ibDevices = true
-			if len(p.hcas) == 0 {
-				p.hcas = hcas
+			for _, h := range hcas {
+				if len(p.hcas) < 64 && !slices.Contains(p.hcas, h) {
+					p.hcas = append(p.hcas, h)
+				}
 			}
 			// An IB list printed after the HPC-X plugin loaded is that
 			// plugin's (it prints NET/IB lines of its own).
@@ -398,6 +404,7 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		p.dropCand("IB")
 		if hpcxPlugin(p.loadedPlugin) {
 			p.dropCand(p.loadedPlugin)
+			p.loadedPlugin = ""
 		}
 	case pipeline.EventIBSideband:
 		p.sideband = true
@@ -415,6 +422,11 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		p.noVerbs = true
 	case pipeline.EventPluginLoaded:
 		if len(ev.Name) == 0 {
+			if ev.Flags&pipeline.FlagAssigned != 0 && p.loadedPlugin != "" {
+				// "Using non-device net plugin": the net selected is the
+				// plugin that loaded and was not cancelled.
+				p.addCand(p.loadedPlugin, KindPluginSelected)
+			}
 			break
 		}
 		name := pipeline.NormalizeNetwork(string(ev.Name))
@@ -434,6 +446,9 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		if len(ev.Name) > 0 {
 			name := pipeline.NormalizeNetwork(string(ev.Name))
 			p.dropCand(name)
+			if p.loadedPlugin == name {
+				p.loadedPlugin = ""
+			}
 			if !slices.Contains(p.failedPlugins, name) && len(p.failedPlugins) < 8 {
 				p.failedPlugins = append(p.failedPlugins, name)
 			}
@@ -713,18 +728,29 @@ func (p *proc) addIface(iface, ip []byte) {
 	}
 }
 
-// parseHCAs reads "[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE/SHARP [RO]".
+// parseHCAs reads the HCA list of "NET/IB : Using": "[0]mlx5_0:1/IB
+// [1]mlx5_1:1/RoCE/SHARP [RO]", 2.23+ merged virtual NICs "[0]={[0]
+// mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}" (corpus 251) and the ≤ 2.3 one-device
+// lines "[0] mlx5_1:1/IB" (corpus 264).
 func parseHCAs(list string) []pipeline.HCA {
 	var out []pipeline.HCA
 	for _, f := range strings.Fields(list) {
-		if !strings.HasPrefix(f, "[") {
+		for {
+			g := strings.TrimLeft(f, "={")
+			if strings.HasPrefix(g, "[") {
+				if e := strings.IndexByte(g, ']'); e > 0 && isDigits(g[1:e]) {
+					g = g[e+1:]
+				}
+			}
+			if g == f {
+				break
+			}
+			f = g
+		}
+		f = strings.TrimRight(f, ",}")
+		if f == "" || f == "[RO]" || !strings.Contains(f, ":") {
 			continue
 		}
-		e := strings.IndexByte(f, ']')
-		if e < 0 || e == len(f)-1 {
-			continue // "[RO]"
-		}
-		f = f[e+1:]
 		parts := strings.Split(f, "/")
 		dev, port, _ := strings.Cut(parts[0], ":")
 		h := pipeline.HCA{Device: dev, Port: atoiOr(port, 0)}

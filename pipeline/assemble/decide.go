@@ -24,6 +24,7 @@ const (
 	KindPluginInitialized   = "plugin_initialized"
 	KindDeviceList          = "device_list"
 	KindPluginDeviceList    = "plugin_device_list"
+	KindPluginSelected      = "plugin_selected"
 	KindSocketAfterFailure  = "socket_after_rdma_failure"
 	KindProcessesDisagree   = "processes_disagree"
 	KindNoNetworkEvidence   = "no_network_evidence"
@@ -241,6 +242,12 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	var test *testList
 	if id == "" {
 		test = &j.test
+		if n := test.complete(); s.NRanks == nil && n > 0 {
+			// The nccl-tests table lists every rank of the test.
+			s.NRanks = ptr(n)
+			maxNR = n
+			d.use("nranks", KindTestDevices, fmt.Sprintf("%d ranks listed", n))
+		}
 	}
 	multi, why, kind := multiNode(&v, comms, maxNR, printedNodes, intra, test)
 	s.MultiNode = multi
@@ -257,6 +264,10 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	case multi != nil && !*multi:
 		s.NNodes = ptr(1)
 		d.use("nnodes", KindSingleNode, "multi_node is false")
+	case multi != nil && *multi && test != nil && test.complete() > 0 && !v.k8s && len(test.hostSet()) > 1:
+		n := len(test.hostSet())
+		s.NNodes = ptr(n)
+		d.use("nnodes", KindTestDevices, fmt.Sprintf("%d hosts in the nccl-tests device table", n))
 	case multi != nil && *multi:
 		if n, k := inferNodes(&v, j.ringMembers, maxNR); n > 1 {
 			s.NNodes = ptr(n)
@@ -408,8 +419,9 @@ func decideFabric(d *decision, fabric map[string]bool) *string {
 // NET connections exist and none did, or "GDR 0"; without connection
 // evidence the per-HCA/GPU capability lines decide; else nil. gdr_send and
 // gdr_recv are the same rule over [send] and [receive] connections; partial
-// is some receive paths with GDR and some without.
-func decideGDR(d *decision, g gdrFacts) (gdr, send, recv *bool, partial bool) {
+// is some receive paths with GDR and some without (nil without receive
+// connections).
+func decideGDR(d *decision, g gdrFacts) (gdr, send, recv, partial *bool) {
 	switch {
 	case g.conn > 0:
 		gdr = ptr(true)
@@ -449,8 +461,10 @@ func decideGDR(d *decision, g gdrFacts) (gdr, send, recv *bool, partial bool) {
 	if recv != nil && *recv && send != nil && !*send {
 		d.reason("GDR on receives only: sends read GPU memory without GDR (normal before Ampere without NVLink; NCCL_NET_GDR_READ)")
 	}
+	if recv != nil {
+		partial = ptr(g.recv > 0 && g.recvPlain > 0)
+	}
 	if g.recv > 0 && g.recvPlain > 0 {
-		partial = true
 		d.use("gdr_partial", KindPartialRecv, fmt.Sprintf("%d receive paths with /GDRDMA, %d without", g.recv, g.recvPlain))
 		d.reason(fmt.Sprintf("partial GDR: %d of %d receive paths without GPUDirect RDMA (a GPU far from its NIC)", g.recvPlain, g.recv+g.recvPlain))
 	}
@@ -493,6 +507,25 @@ type testList struct {
 	hosts map[int]string
 }
 
+// complete returns the number of ranks when the table lists ranks 0..n-1
+// without a gap, else 0.
+func (t *testList) complete() int {
+	for r := 0; r < len(t.hosts); r++ {
+		if _, ok := t.hosts[r]; !ok {
+			return 0
+		}
+	}
+	return len(t.hosts)
+}
+
+func (t *testList) hostSet() map[string]bool {
+	hosts := map[string]bool{}
+	for _, h := range t.hosts {
+		hosts[h] = true
+	}
+	return hosts
+}
+
 // multiNode is rule 6: whether a set of processes spans nodes, why, and by
 // which evidence kind. Evidence that it does comes first; then evidence
 // that it does not; nil when the log does not show it. It never reads the
@@ -520,20 +553,11 @@ func multiNode(v *view, comms []*comm, maxNR, printedNodes int, intra uint16, te
 		}
 	}
 	if test != nil && len(test.hosts) > 0 {
-		hosts := map[string]bool{}
-		for _, h := range test.hosts {
-			hosts[h] = true
-		}
+		hosts := test.hostSet()
 		if len(hosts) > 1 && !v.k8s {
 			return ptr(true), fmt.Sprintf("nccl-tests devices on %d hosts", len(hosts)), KindTestDevices
 		}
-		complete := true
-		for r := 0; r < len(test.hosts); r++ {
-			if _, ok := test.hosts[r]; !ok {
-				complete = false
-			}
-		}
-		if len(hosts) == 1 && complete && (maxNR <= 0 || maxNR == len(test.hosts)) {
+		if n := test.complete(); len(hosts) == 1 && n > 0 && (maxNR <= 0 || maxNR == n) {
 			for h := range hosts {
 				return ptr(false), fmt.Sprintf("nccl-tests devices: all %d ranks on %s", len(test.hosts), h), KindTestDevices
 			}
@@ -665,7 +689,7 @@ func verdict(d *decision, s *pipeline.CommSummary, e pipeline.Expectation, multi
 			d.reason(net + " without GPUDirect RDMA where GDR is expected")
 			d.use("verdict", KindPolicy, "GDR expected")
 		}
-		if s.GDRPartial && gdrExpected && e.GDREveryGPU {
+		if s.GDRPartial != nil && *s.GDRPartial && gdrExpected && e.GDREveryGPU {
 			v = pipeline.Worse(v, pipeline.VerdictDegraded)
 			d.reason("partial GDR where the inventory says every GPU should have it")
 			d.use("verdict", KindPolicy, "gdr_every_gpu")

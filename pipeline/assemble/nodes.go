@@ -123,7 +123,8 @@ func netTrace(procs []*proc) bool {
 
 // devConflict finds a NET peer that uses the same device as a different rank
 // on this node: two ranks cannot share a GPU on one node, so the peer is on
-// another (corpus 051: "8[0] -> 0[0] [receive] via NET/Socket/0").
+// another (corpus 051: "8[0] -> 0[0] [receive] via NET/Socket/0"; the
+// corpus's 2.19+ excerpts 207, 209, 210 disagree, see the report).
 func devConflict(group []*proc) string {
 	type dk struct {
 		dev int
