@@ -54,6 +54,7 @@ const (
 	KindRingOrder      = "ring_order"
 	KindHostsTimesGPUs = "hosts_times_gpus"
 	KindSingleNode     = "single_node"
+	KindJobSingleNode  = "job_single_node"
 	// nranks, intra
 	KindPrintedNRanks = "printed_nranks"
 	KindTransports    = "intra_transports"
@@ -77,6 +78,9 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 	}
 	// Communicators with an identity, then the processes no communicator
 	// line claimed.
+	all := make([]*comm, len(j.commOrder))
+	copy(all, j.commOrder)
+	whole := summarize(j, "", j.order, all, expect, nil)
 	claimed := make(map[string]bool)
 	for _, c := range j.commOrder {
 		procs := make([]*proc, 0, len(c.procs))
@@ -86,7 +90,7 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 				claimed[k] = true
 			}
 		}
-		comms = append(comms, summarize(j, c.key, procs, []*comm{c}, expect))
+		comms = append(comms, summarize(j, c.key, procs, []*comm{c}, expect, whole.MultiNode))
 	}
 	var rest []*proc
 	for _, p := range j.order {
@@ -95,11 +99,8 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 		}
 	}
 	if len(rest) > 0 || len(comms) == 0 {
-		comms = append(comms, summarize(j, "", rest, nil, expect))
+		comms = append(comms, summarize(j, "", rest, nil, expect, whole.MultiNode))
 	}
-	all := make([]*comm, len(j.commOrder))
-	copy(all, j.commOrder)
-	whole := summarize(j, "", j.order, all, expect)
 	return comms, rollUp(j, whole, comms, expect), true
 }
 
@@ -130,7 +131,10 @@ func (d *decision) reason(r string) {
 	}
 }
 
-func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation) pipeline.CommSummary {
+// summarize decides one summary. jobMulti is the whole job's multi_node
+// (nil for the whole job itself): a part of a single-node job is on one
+// node too.
+func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation, jobMulti *bool) pipeline.CommSummary {
 	s := pipeline.CommSummary{Job: j.displayName(), Cluster: j.meta.Cluster, CommID: id, Expect: expect, Env: map[string]string{},
 		NCCLVersions: []string{}, HCAs: []pipeline.HCA{}, Hosts: []string{}, Intra: []string{},
 		RDMAFailure: []string{}, Warnings: []string{}, Reasons: []string{}}
@@ -250,6 +254,9 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		}
 	}
 	multi, why, kind := multiNode(&v, comms, maxNR, printedNodes, intra, test)
+	if multi == nil && jobMulti != nil && !*jobMulti {
+		multi, why, kind = ptr(false), "the whole job is on one node", KindJobSingleNode
+	}
 	s.MultiNode = multi
 	if multi != nil {
 		d.use("multi_node", kind, why)
