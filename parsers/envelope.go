@@ -2,6 +2,7 @@ package parsers
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -21,18 +22,63 @@ var (
 	// pipeline.ErrOversized, so the run loop can count it without
 	// importing this package.
 	ErrOversized = pipeline.ErrOversized
-	// ErrMalformed reports a record that looks like a JSON object but does
-	// not parse, in strict mode only.
+	// ErrMalformed reports a record that looks like JSON (see Decode) but
+	// is not an envelope the decoder can read. The error is a
+	// *MalformedError carrying the dead-letter reason.
 	ErrMalformed = errors.New("malformed record")
 )
+
+// Dead-letter reasons of a MalformedError: the "reason" label of
+// ncclwatch_dead_letters_total and of the dead_letters table. README.md
+// ("Poison records") lists them with an example each.
+const (
+	// ReasonJSONTruncated: the record ends inside the JSON document (an
+	// unterminated string, object or array).
+	ReasonJSONTruncated = "json_truncated"
+	// ReasonJSONSyntax: invalid JSON (a bad token, escape or literal, a
+	// missing ',' or ':', data after the document, nesting too deep).
+	ReasonJSONSyntax = "json_syntax"
+	// ReasonJSONControl: a raw control byte (U+0000 to U+001F, NUL
+	// included) inside a JSON string, which JSON forbids.
+	ReasonJSONControl = "json_control"
+	// ReasonJSONType: the text field ("log", or "message" when there is no
+	// "log") is not a string.
+	ReasonJSONType = "json_type"
+	// ReasonJSONNoText: a valid JSON object with neither "log" nor
+	// "message", or a JSON document that is not an object.
+	ReasonJSONNoText = "json_no_text"
+)
+
+// MalformedError is the error Decode returns for a record that looks like
+// JSON and is not a readable envelope. It wraps ErrMalformed.
+type MalformedError struct {
+	// Reason is one of the Reason… constants.
+	Reason string
+	// What says what was wrong, Offset at which byte of the record.
+	What   string
+	Offset int
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("json record: %s at byte %d (%s)", e.What, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrMalformed.
+func (e *MalformedError) Unwrap() error { return ErrMalformed }
+
+// DeadLetterReason returns Reason; pipeline.DeadLetterReason reads it.
+func (e *MalformedError) DeadLetterReason() string { return e.Reason }
+
+// Counter counts events; prometheus.Counter satisfies it.
+type Counter interface{ Inc() }
 
 // Envelope is the kind of wrapper a record arrived in.
 type Envelope uint8
 
 // The envelopes a Decoder recognises.
 const (
-	// EnvelopeRaw is a plain text line (also any JSON object the decoder
-	// does not know, and, outside strict mode, anything that fails to parse).
+	// EnvelopeRaw is a plain text line: a record that does not look like
+	// JSON and is not a CRI line.
 	EnvelopeRaw Envelope = iota
 	// EnvelopeFluentBit is a JSON object written by Fluent Bit: the text in
 	// "log" or "message", usually with "kubernetes" metadata.
@@ -83,17 +129,17 @@ const (
 // DecoderConfig configures a Decoder.
 type DecoderConfig struct {
 	// MaxLineBytes caps one decoded line, after partial records are
-	// joined. A longer line is dropped with ErrOversized.
+	// joined, counted in bytes as received (before invalid UTF-8 is
+	// replaced). A longer line is dropped with ErrOversized.
 	MaxLineBytes int
-	// Strict makes a record that looks like a JSON object ('{' … '}') but
-	// does not parse an ErrMalformed. When false such a record is decoded
-	// as raw text.
-	Strict bool
+	// InvalidUTF8, when set, counts lines of a JSON envelope whose text
+	// held invalid UTF-8 (each bad byte is replaced by U+FFFD, as
+	// encoding/json does) and metadata values repaired the same way.
+	InvalidUTF8 Counter
 }
 
 // DefaultDecoderConfig returns the configuration ncclwatch runs with: 64 KiB
-// lines, and lenient JSON so that a garbled record still reaches the NCCL
-// parser as text instead of being dropped.
+// lines.
 func DefaultDecoderConfig() DecoderConfig {
 	return DecoderConfig{MaxLineBytes: defaultMaxLineBytes}
 }
@@ -124,7 +170,10 @@ type Decoder struct {
 	line int32
 
 	f     jsonFields
+	ctl   bool   // the record holds a byte < 0x20: check strings for it
+	hi    bool   // the record is a JSON envelope holding a byte >= 0x80
 	text  []byte // unescaped text of the current record
+	fixed []byte // a line with invalid UTF-8 replaced
 	key   []byte // unescaped object key
 	val   []byte // unescaped string value (metadata, times)
 	stack []byte // open containers while skipping a JSON value
@@ -136,6 +185,7 @@ type Decoder struct {
 	pend       bool
 	skip       bool
 	pendEnv    Envelope
+	pendHi     bool // a piece of the line may hold invalid UTF-8
 	pendTime   time.Time
 	pendStream string
 	pendMeta   *pipeline.Meta
@@ -155,11 +205,11 @@ type metaEntry struct {
 
 // jsonString is a JSON string value: raw is the text between the quotes,
 // esc says whether it holds escapes. ok is false when the key was absent
-// or its value was not a string.
+// or its value was not a string; set says the key was present.
 type jsonString struct {
-	raw []byte
-	esc bool
-	ok  bool
+	raw     []byte
+	esc     bool
+	ok, set bool
 }
 
 // jsonTime is a time value: a string (RFC 3339) or a number (epoch seconds).
@@ -194,7 +244,7 @@ func (d *Decoder) Last() Envelope { return d.last }
 // Reset drops the partial line in progress without emitting it. Cached
 // metadata is kept.
 func (d *Decoder) Reset() {
-	d.pend, d.skip = false, false
+	d.pend, d.skip, d.pendHi = false, false, false
 	d.partial = d.partial[:0]
 	d.pendMeta = nil
 }
@@ -217,6 +267,16 @@ func (d *Decoder) Reset() {
 // envelope, stream, pod or container) arrives, so interleaved streams are
 // never spliced together.
 //
+// The decoder decides once what a record is. A record that looks like JSON
+// (its first non-space byte is '{' followed by '"' or '}', or '[' followed
+// by '{', '[', '"' or ']', spaces allowed between) is decoded as JSON and
+// nothing else: when it is not a readable envelope Decode emits nothing and
+// returns a *MalformedError with the reason; it is never read as text. Other
+// records are CRI lines or raw text, passed on byte for byte. Text from
+// JSON strings is valid UTF-8: invalid bytes become U+FFFD and are counted
+// in DecoderConfig.InvalidUTF8. Lines like "{'loss': 0.39}" (Python),
+// "[rank0]: …" (torchrun) or "[1,0]<stdout>: …" (mpirun) are text.
+//
 // Errors wrap ErrOversized or ErrMalformed; after either the decoder goes on
 // with the next record.
 func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
@@ -233,14 +293,12 @@ func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
 }
 
 func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
+	d.hi = false
 	i := skipWS(data, 0)
 	if i < len(data) {
 		switch c := data[i]; {
-		case c == '{' && data[lastNonWS(data)] == '}':
-			done, err := d.decodeJSON(data, emit)
-			if done || err != nil {
-				return err
-			}
+		case (c == '{' || c == '[') && looksJSON(data, i):
+			return d.decodeJSON(data, i, emit)
 		case c >= '0' && c <= '9':
 			if t, stream, partial, text, ok := parseCRI(data); ok {
 				d.last = EnvelopeCRI
@@ -264,15 +322,25 @@ func (d *Decoder) flush(emit func(*pipeline.Record)) {
 	if !d.pend {
 		return
 	}
-	d.emit(d.partial, d.pendTime, d.pendStream, d.pendMeta, emit)
-	d.pend = false
+	d.emit(d.partial, d.pendHi, d.pendTime, d.pendStream, d.pendMeta, emit)
+	d.pend, d.pendHi = false, false
 	d.partial = d.partial[:0]
 	d.pendMeta = nil
 }
 
-func (d *Decoder) emit(line []byte, t time.Time, stream string, meta *pipeline.Meta, emit func(*pipeline.Record)) {
+// emit passes one finished line on. fix says the line is JSON text that
+// may hold invalid UTF-8; checking the whole line, not each piece, keeps a
+// character split across partial records intact.
+func (d *Decoder) emit(line []byte, fix bool, t time.Time, stream string, meta *pipeline.Meta, emit func(*pipeline.Record)) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
+	}
+	if fix && !utf8.Valid(line) {
+		d.fixed = appendValidUTF8(d.fixed[:0], line)
+		line = d.fixed
+		if d.cfg.InvalidUTF8 != nil {
+			d.cfg.InvalidUTF8.Inc()
+		}
 	}
 	d.rec = pipeline.Record{Text: line, Time: t, Stream: stream, Meta: meta, Source: pipeline.Source{Line: d.line}}
 	d.line++
@@ -342,6 +410,7 @@ func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time,
 				d.partial = d.partial[:0]
 				d.pendEnv, d.pendTime, d.pendStream, d.pendMeta = env, t, stream, meta
 			}
+			d.pendHi = d.pendHi || d.hi
 			d.partial = append(d.partial, text...)
 			return err
 		}
@@ -350,10 +419,11 @@ func (d *Decoder) deliver(text []byte, complete bool, env Envelope, t time.Time,
 			line, text = text[:nl], text[nl+1:]
 		}
 		if d.pend {
+			d.pendHi = d.pendHi || d.hi
 			d.partial = append(d.partial, line...)
 			d.flush(emit)
 		} else {
-			d.emit(line, t, stream, meta, emit)
+			d.emit(line, d.hi, t, stream, meta, emit)
 		}
 		if nl < 0 {
 			return err
@@ -392,28 +462,65 @@ func firstLongLine(text []byte, carried int, skipFirst, complete bool, max int) 
 	}
 }
 
-// decodeJSON decodes a record that looks like a JSON object. done is false
-// when the record should be decoded as raw text instead (an unknown shape,
-// or, outside strict mode, invalid JSON).
-func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done bool, err error) {
-	if err := d.scanTop(data); err != nil {
-		if d.cfg.Strict {
-			d.last = EnvelopeRaw
-			return true, err
+// looksJSON reports whether the record whose first non-space byte data[i]
+// is '{' or '[' is to be decoded as JSON: what follows can only start a JSON
+// object or array. A '{' must be followed by '"' or '}'; a '[' by '{', '[',
+// '"' or ']'. A record of a lone '{' or '[' is JSON too (cut off).
+func looksJSON(data []byte, i int) bool {
+	j := skipWS(data, i+1)
+	if j == len(data) {
+		return true
+	}
+	switch data[j] {
+	case '"':
+		return true
+	case '}':
+		return data[i] == '{'
+	case '{', '[', ']':
+		return data[i] == '['
+	}
+	return false
+}
+
+// decodeJSON decodes a record that looks like JSON; data[i] is its first
+// non-space byte. Anything but a JSON object with a string "log" or
+// "message" is a *MalformedError.
+func (d *Decoder) decodeJSON(data []byte, i int, emit func(*pipeline.Record)) error {
+	d.last = EnvelopeRaw
+	var hi bool
+	d.ctl, hi = suspectBytes(data)
+	if data[i] == '[' {
+		end, _, err := d.skipValue(data, i)
+		if err != nil {
+			return err
 		}
-		return false, nil
+		if j := skipWS(data, end); j != len(data) {
+			return malformed(ReasonJSONSyntax, "data after array", j)
+		}
+		return malformed(ReasonJSONNoText, "array, not an object", i)
+	}
+	if err := d.scanTop(data); err != nil {
+		return err
 	}
 	f := &d.f
 	var src jsonString
 	complete := true
 	switch {
-	case f.log.ok:
+	case f.log.set:
 		src = f.log
-	case f.message.ok:
+	case f.message.set:
 		src = f.message
 	default:
-		return false, nil
+		return malformed(ReasonJSONNoText, `no "log" or "message"`, i)
 	}
+	if !src.ok {
+		name := "log"
+		if !f.log.set {
+			name = "message"
+		}
+		return malformed(ReasonJSONType, fmt.Sprintf("%q is not a string", name), i)
+	}
+	d.hi = hi
 	text := src.raw
 	newline := false // text had a final newline, now removed
 	if n := len(text); src.esc && n >= 2 && text[n-2] == '\\' && text[n-1] == 'n' &&
@@ -425,10 +532,7 @@ func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done boo
 		var ok bool
 		if d.text, ok = unescape(d.text[:0], text); !ok {
 			// scanString validated the escapes; this cannot happen.
-			if d.cfg.Strict {
-				return true, fmt.Errorf("json record: bad escape: %w", ErrMalformed)
-			}
-			return false, nil
+			return malformed(ReasonJSONSyntax, "bad escape", i)
 		}
 		text = d.text
 	}
@@ -459,7 +563,7 @@ func (d *Decoder) decodeJSON(data []byte, emit func(*pipeline.Record)) (done boo
 		meta = d.lookupMeta(f.k8s, f.cluster, f.job)
 	}
 	t := d.recordTime()
-	return true, d.deliver(text, complete, env, t, stream, meta, emit)
+	return d.deliver(text, complete, env, t, stream, meta, emit)
 }
 
 // recordTime returns the record's time: "time" (the container runtime's,
@@ -530,11 +634,11 @@ func (d *Decoder) scanTop(data []byte) error {
 	} else {
 		for {
 			if i >= len(data) || data[i] != '"' {
-				return malformed("object key expected", i)
+				return malformed(syntaxOrEnd(data, i), "object key expected", i)
 			}
-			ke, kesc, ok := scanString(data, i)
+			ke, kesc, ok := scanStringCtl(data, i, d.ctl)
 			if !ok {
-				return malformed("bad string", i)
+				return badString(data, i)
 			}
 			key := data[i+1 : ke-1]
 			if kesc {
@@ -543,7 +647,7 @@ func (d *Decoder) scanTop(data []byte) error {
 			}
 			i = skipWS(data, ke)
 			if i >= len(data) || data[i] != ':' {
-				return malformed("':' expected", i)
+				return malformed(syntaxOrEnd(data, i), "':' expected", i)
 			}
 			i = skipWS(data, i+1)
 			vs := i
@@ -554,21 +658,21 @@ func (d *Decoder) scanTop(data []byte) error {
 			d.setField(key, data[vs:ve], vesc)
 			i = skipWS(data, ve)
 			if i >= len(data) {
-				return malformed("unterminated object", i)
+				return malformed(ReasonJSONTruncated, "unterminated object", i)
 			}
 			if data[i] == ',' {
 				i = skipWS(data, i+1)
 				continue
 			}
 			if data[i] != '}' {
-				return malformed("',' or '}' expected", i)
+				return malformed(ReasonJSONSyntax, "',' or '}' expected", i)
 			}
 			i++
 			break
 		}
 	}
 	if skipWS(data, i) != len(data) {
-		return malformed("data after object", i)
+		return malformed(ReasonJSONSyntax, "data after object", i)
 	}
 	return nil
 }
@@ -578,9 +682,9 @@ func (d *Decoder) scanTop(data []byte) error {
 func (d *Decoder) setField(key, val []byte, esc bool) {
 	f := &d.f
 	str := func(s *jsonString) {
-		*s = jsonString{}
+		*s = jsonString{set: true}
 		if val[0] == '"' {
-			*s = jsonString{raw: val[1 : len(val)-1], esc: esc, ok: true}
+			*s = jsonString{raw: val[1 : len(val)-1], esc: esc, ok: true, set: true}
 		}
 	}
 	tm := func(t *jsonTime) {
@@ -703,11 +807,19 @@ func (d *Decoder) str(s jsonString) string {
 	if !s.ok {
 		return ""
 	}
-	if !s.esc {
-		return string(s.raw)
+	raw := s.raw
+	if s.esc {
+		d.val, _ = unescape(d.val[:0], s.raw)
+		raw = d.val
 	}
-	d.val, _ = unescape(d.val[:0], s.raw)
-	return string(d.val)
+	if d.hi && !utf8.Valid(raw) {
+		d.fixed = appendValidUTF8(d.fixed[:0], raw)
+		raw = d.fixed
+		if d.cfg.InvalidUTF8 != nil {
+			d.cfg.InvalidUTF8.Inc()
+		}
+	}
+	return string(raw)
 }
 
 // eachMember calls fn for each member of the valid JSON object obj, with the
@@ -753,12 +865,12 @@ func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
 	for {
 		// A value starts at b[i].
 		if i >= len(b) {
-			return 0, false, malformed("value expected", i)
+			return 0, false, malformed(ReasonJSONTruncated, "value expected", i)
 		}
 		switch c := b[i]; c {
 		case '{', '[':
 			if len(stack) >= maxJSONDepth {
-				return 0, false, malformed("nested too deep", i)
+				return 0, false, malformed(ReasonJSONSyntax, "nested too deep", i)
 			}
 			stack = append(stack, c)
 			i = skipWS(b, i+1)
@@ -768,36 +880,36 @@ func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
 				break
 			}
 			if c == '{' {
-				if i, err = objectKey(b, i); err != nil {
+				if i, err = d.objectKey(b, i); err != nil {
 					return 0, false, err
 				}
 			}
 			continue
 		case '"':
-			e, sesc, ok := scanString(b, i)
+			e, sesc, ok := scanStringCtl(b, i, d.ctl)
 			if !ok {
-				return 0, false, malformed("bad string", i)
+				return 0, false, badString(b, i)
 			}
 			i, esc = e, sesc
 		case 't':
 			if !bytes.HasPrefix(b[i:], []byte("true")) {
-				return 0, false, malformed("bad literal", i)
+				return 0, false, badLiteral(b, i, "true")
 			}
 			i += 4
 		case 'f':
 			if !bytes.HasPrefix(b[i:], []byte("false")) {
-				return 0, false, malformed("bad literal", i)
+				return 0, false, badLiteral(b, i, "false")
 			}
 			i += 5
 		case 'n':
 			if !bytes.HasPrefix(b[i:], []byte("null")) {
-				return 0, false, malformed("bad literal", i)
+				return 0, false, badLiteral(b, i, "null")
 			}
 			i += 4
 		default:
 			n := scanNumber(b[i:])
 			if n == 0 {
-				return 0, false, malformed("value expected", i)
+				return 0, false, badNumber(b, i)
 			}
 			i += n
 		}
@@ -810,7 +922,7 @@ func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
 			esc = false
 			i = skipWS(b, i)
 			if i >= len(b) {
-				return 0, false, malformed("unterminated container", i)
+				return 0, false, malformed(ReasonJSONTruncated, "unterminated container", i)
 			}
 			top := stack[len(stack)-1]
 			if b[i] == top+2 {
@@ -819,11 +931,11 @@ func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
 				continue
 			}
 			if b[i] != ',' {
-				return 0, false, malformed("',' expected", i)
+				return 0, false, malformed(ReasonJSONSyntax, "',' expected", i)
 			}
 			i = skipWS(b, i+1)
 			if top == '{' {
-				if i, err = objectKey(b, i); err != nil {
+				if i, err = d.objectKey(b, i); err != nil {
 					return 0, false, err
 				}
 			}
@@ -833,23 +945,123 @@ func (d *Decoder) skipValue(b []byte, i int) (end int, esc bool, err error) {
 }
 
 // objectKey scans `"key" :` at b[i] and returns the index of the value.
-func objectKey(b []byte, i int) (int, error) {
+func (d *Decoder) objectKey(b []byte, i int) (int, error) {
 	if i >= len(b) || b[i] != '"' {
-		return 0, malformed("object key expected", i)
+		return 0, malformed(syntaxOrEnd(b, i), "object key expected", i)
 	}
-	e, _, ok := scanString(b, i)
+	e, _, ok := scanStringCtl(b, i, d.ctl)
 	if !ok {
-		return 0, malformed("bad string", i)
+		return 0, badString(b, i)
 	}
 	i = skipWS(b, e)
 	if i >= len(b) || b[i] != ':' {
-		return 0, malformed("':' expected", i)
+		return 0, malformed(syntaxOrEnd(b, i), "':' expected", i)
 	}
 	return skipWS(b, i+1), nil
 }
 
-func malformed(what string, at int) error {
-	return fmt.Errorf("json record: %s at byte %d: %w", what, at, ErrMalformed)
+func malformed(reason, what string, at int) error {
+	return &MalformedError{Reason: reason, What: what, Offset: at}
+}
+
+// syntaxOrEnd is the reason for a token missing at b[i]: the record was cut
+// off when it ended there.
+func syntaxOrEnd(b []byte, i int) string {
+	if i >= len(b) {
+		return ReasonJSONTruncated
+	}
+	return ReasonJSONSyntax
+}
+
+// badString says why the string at b[i] did not scan. It runs only on the
+// error path, so it may look at every byte.
+func badString(b []byte, i int) error {
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return malformed(ReasonJSONSyntax, "bad escape in string", i)
+		case c < 0x20:
+			return malformed(ReasonJSONControl, fmt.Sprintf("control byte 0x%02x in string", c), j)
+		case c == '\\':
+			if j+1 >= len(b) {
+				return malformed(ReasonJSONTruncated, "unterminated string", i)
+			}
+			switch b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if j+6 > len(b) {
+					return malformed(ReasonJSONTruncated, "unterminated string", i)
+				}
+				if !isHex4(b[j+2 : j+6]) {
+					return malformed(ReasonJSONSyntax, "bad \\u escape in string", j)
+				}
+				j += 5
+			default:
+				return malformed(ReasonJSONSyntax, "bad escape in string", j)
+			}
+		}
+	}
+	return malformed(ReasonJSONTruncated, "unterminated string", i)
+}
+
+// badLiteral: a cut-off "tr" is truncation, "trve" a syntax error.
+func badLiteral(b []byte, i int, lit string) error {
+	if rest := b[i:]; len(rest) < len(lit) && lit[:len(rest)] == string(rest) {
+		return malformed(ReasonJSONTruncated, "cut-off literal", i)
+	}
+	return malformed(ReasonJSONSyntax, "bad literal", i)
+}
+
+// badNumber: a number cut off at the end of the record ("12.", "-",
+// "1e") is truncation.
+func badNumber(b []byte, i int) error {
+	j := i
+	for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '-' || b[j] == '+' || b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
+		j++
+	}
+	if j == len(b) && j > i {
+		return malformed(ReasonJSONTruncated, "cut-off number", i)
+	}
+	return malformed(ReasonJSONSyntax, "value expected", i)
+}
+
+// suspectBytes reports whether b holds a byte below 0x20 (ctl) or at or
+// above 0x80 (hi), eight bytes at a time. Records from Fluent Bit hold
+// neither, so the exact checks for control bytes and invalid UTF-8 in
+// strings run only for the few that do.
+func suspectBytes(b []byte) (ctl, hi bool) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	var lo, top uint64
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		top |= w
+		// A byte below 0x20 leaves its high bit set in (w - 0x20…) &^ w
+		// (the "has less than" trick; exact as to whether one exists).
+		lo |= (w - ones*0x20) &^ w
+	}
+	ctl, hi = lo&highs != 0, top&highs != 0
+	for ; i < len(b); i++ {
+		ctl = ctl || b[i] < 0x20
+		hi = hi || b[i] >= 0x80
+	}
+	return ctl, hi
+}
+
+// appendValidUTF8 appends s to dst with each byte that is not part of a
+// valid UTF-8 sequence replaced by U+FFFD, as encoding/json does.
+func appendValidUTF8(dst, s []byte) []byte {
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, s[:n]...)
+		}
+		s = s[n:]
+	}
+	return dst
 }
 
 func skipWS(b []byte, i int) int {
@@ -864,17 +1076,23 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-func lastNonWS(b []byte) int {
-	i := len(b) - 1
-	for i > 0 {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i--
-		default:
-			return i
+// scanString scans the JSON string whose opening quote is b[i] and returns
+// the index just past its closing quote and whether it holds escapes. Escapes
+// are validated; raw control bytes are rejected when ctl is set (the caller
+// knows the record holds one somewhere).
+func scanStringCtl(b []byte, i int, ctl bool) (end int, esc, ok bool) {
+	if ctl {
+		end, esc, ok = scanString(b, i)
+		if ok {
+			for _, c := range b[i+1 : end-1] {
+				if c < 0x20 {
+					return 0, false, false
+				}
+			}
 		}
+		return end, esc, ok
 	}
-	return i
+	return scanString(b, i)
 }
 
 // scanString scans the JSON string whose opening quote is b[i] and returns

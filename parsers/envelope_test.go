@@ -84,12 +84,13 @@ func fluentBitRecord(text string) string {
 
 type decodeCase struct {
 	name    string
-	strict  bool
 	max     int
 	records []string
 	want    []line
 	errs    []error    // per record; missing entries mean nil
+	reasons []string   // per record, for ErrMalformed; missing entries skip the check
 	envs    []Envelope // per record; nil skips the check
+	invalid []int      // InvalidUTF8 count after each pass (metadata is repaired once, then cached)
 }
 
 var decodeCases = []decodeCase{
@@ -219,47 +220,93 @@ var decodeCases = []decodeCase{
 		envs:    []Envelope{EnvelopeRaw},
 	},
 	{
-		name:    "unknown json shape is raw",
-		records: []string{`{"level":"info","msg":"NCCL_DEBUG=INFO"}`},
-		want:    []line{{Text: `{"level":"info","msg":"NCCL_DEBUG=INFO"}`}},
-		envs:    []Envelope{EnvelopeRaw},
+		name:    "json without log or message is a dead letter",
+		records: []string{`{"level":"info","msg":"NCCL_DEBUG=INFO"}`, `{}`, ` [ {"log":"in an array\n"} ]`, `[]`},
+		errs:    []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed},
+		reasons: []string{ReasonJSONNoText, ReasonJSONNoText, ReasonJSONNoText, ReasonJSONNoText},
+		envs:    []Envelope{EnvelopeRaw, EnvelopeRaw, EnvelopeRaw, EnvelopeRaw},
 	},
 	{
-		name:    "unknown json shape is raw in strict mode",
-		strict:  true,
-		records: []string{`{"level":"info","log":5}`},
-		want:    []line{{Text: `{"level":"info","log":5}`}},
-		envs:    []Envelope{EnvelopeRaw},
+		// The fault-injection run's "lognum" poison: the NCCL line inside
+		// must not be found by reading the record as text.
+		name: "log that is not a string is a dead letter",
+		records: []string{
+			`{"level":"info","log":5}`,
+			`{"log":12,"message":"chaos-0 [0] NCCL INFO Using network Socket","kubernetes":{"pod_name":"chaos-poison-lognum-0000"}}`,
+			`{"log":null}`, `{"log":{"nested":"no"},"message":"m"}`, `{"message":["x"]}`, `{"log":true}`,
+		},
+		errs:    []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed},
+		reasons: []string{ReasonJSONType, ReasonJSONType, ReasonJSONType, ReasonJSONType, ReasonJSONType, ReasonJSONType},
 	},
 	{
-		name:    "malformed json is raw when lenient",
-		records: []string{`{"log":"cut off}`},
-		want:    []line{{Text: `{"log":"cut off}`}},
-		envs:    []Envelope{EnvelopeRaw},
+		name: "truncated json is a dead letter",
+		records: []string{
+			`{"log":"cut off}`, `{"log":"chaos-1 [0] NCCL INFO Using network Socket\n","kubernetes":{"pod_name":"p`,
+			`{`, ` [ `, `{"log":`, `{"log":"x\n"`, `{"log":"x\n",`, `{"log":"x\n","a":tr`, `{"log":"x\n","a":-12.`,
+			`{"log":"x\u00`, `{"log":"x\`, `[{"log":"x\n"}`, `{"log":"x\n","a":[1,`,
+		},
+		errs: []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed,
+			ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed},
+		reasons: []string{ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated,
+			ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated,
+			ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated, ReasonJSONTruncated},
 	},
 	{
-		name:    "malformed json is an error when strict",
-		strict:  true,
-		records: []string{`{"log":"cut off}`, `{"log":"x\n",}`, `{"log":"bad \x escape\n"}`, `{"log":"ok\n"} {}`, `{"log":"ok\n"}`},
+		name: "invalid json is a dead letter",
+		records: []string{`{"log":"x\n",}`, `{"log":"bad \x escape\n"}`, `{"log":"ok\n"} {}`, `{"log":"x\n","a":trve}`,
+			`{"log":"x\n" "a":1}`, `{"log":"x\u00zz"}`, `[{"a":1} 2]`, `{"log":"ok\n"}`},
 		want:    []line{{Text: "ok"}},
-		errs:    []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, nil},
+		errs:    []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, nil},
+		reasons: []string{ReasonJSONSyntax, ReasonJSONSyntax, ReasonJSONSyntax, ReasonJSONSyntax, ReasonJSONSyntax, ReasonJSONSyntax, ReasonJSONSyntax},
 	},
 	{
-		name:    "invalid escape is raw when lenient",
-		records: []string{`{"log":"bad \x escape\n"}`},
-		want:    []line{{Text: `{"log":"bad \x escape\n"}`}},
+		name: "control bytes in json strings are a dead letter",
+		records: []string{"{\"log\":\"chaos [0] NCCL INFO\x00Using network Socket\\n\"}", "{\"log\":\"tab\there\\n\"}",
+			"{\"log\":\"x\\n\",\"kubernetes\":{\"pod_name\":\"p\x01\"}}", "{\"lo\x1fg\":\"x\\n\"}",
+			"{\"log\":\"escaped \\u0000 is fine\\n\",\n\t\"stream\":\"stdout\"}\r"},
+		want:    []line{{Text: "escaped \x00 is fine", Stream: "stdout"}},
+		errs:    []error{ErrMalformed, ErrMalformed, ErrMalformed, ErrMalformed, nil},
+		reasons: []string{ReasonJSONControl, ReasonJSONControl, ReasonJSONControl, ReasonJSONControl},
+	},
+	{
+		name: "invalid utf-8 in json strings is replaced",
+		records: []string{"{\"log\":\"a\xffb\xc3\\n\",\"kubernetes\":{\"pod_name\":\"p\xfe\"}}",
+			// A character split between two Docker partial records is whole again.
+			"{\"log\":\"euro \xe2\x82\",\"stream\":\"stdout\"}", "{\"log\":\"\xac sign\\n\",\"stream\":\"stdout\"}",
+			"{\"log\":\"fine \xc3\xa9\\n\"}"},
+		want: []line{{Text: "a\uFFFDb\uFFFD", Meta: &pipeline.Meta{Pod: "p\uFFFD"}}, {Text: "euro € sign", Stream: "stdout"},
+			{Text: "fine é"}},
+		envs:    []Envelope{EnvelopeFluentBit, EnvelopeDocker, EnvelopeDocker, EnvelopeDocker},
+		invalid: []int{2, 3},
+	},
+	{
+		name: "text that starts like json is raw text",
+		records: []string{
+			"{'loss': 0.392, 'grad_norm': 0.14998817443847656, 'epoch': 0.85, 'step': 8500}",
+			"[rank0]:costa-671b-5-worker-1:382:675 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+			"[1,0]<stdout>:nccl-tests-efa-worker-0:26:67 [0] NCCL INFO Using network AWS Libfabric",
+			"[2026-04-28 14:14:49] t-20260428141043-cmz7n-worker-0:2341:3 [3] NCCL INFO Init COMPLETE",
+			"{ hostname: gpu-1 } NCCL INFO \xff raw bytes stay",
+		},
+		want: []line{
+			{Text: "{'loss': 0.392, 'grad_norm': 0.14998817443847656, 'epoch': 0.85, 'step': 8500}"},
+			{Text: "[rank0]:costa-671b-5-worker-1:382:675 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"},
+			{Text: "[1,0]<stdout>:nccl-tests-efa-worker-0:26:67 [0] NCCL INFO Using network AWS Libfabric"},
+			{Text: "[2026-04-28 14:14:49] t-20260428141043-cmz7n-worker-0:2341:3 [3] NCCL INFO Init COMPLETE"},
+			{Text: "{ hostname: gpu-1 } NCCL INFO \xff raw bytes stay"},
+		},
+		envs: []Envelope{EnvelopeRaw, EnvelopeRaw, EnvelopeRaw, EnvelopeRaw, EnvelopeRaw},
 	},
 	{
 		name:    "skipped values of every kind",
-		strict:  true,
 		records: []string{` { "a" : [1, -2.5e3, 0.5E+2, true, false, null, {"b": [ ], "c": {}}], "d": "\"}\\" , "log" : "x\n" } `},
 		want:    []line{{Text: "x"}},
 		envs:    []Envelope{EnvelopeFluentBit},
 	},
 	{
 		name:    "duplicate keys: the last wins",
-		records: []string{`{"log":"a\n","log":"b\n"}`, `{"log":{"nested":"no"},"message":"m"}`},
-		want:    []line{{Text: "b"}, {Text: "m"}},
+		records: []string{`{"log":"a\n","log":"b\n"}`, `{"log":5,"log":"c\n"}`},
+		want:    []line{{Text: "b"}, {Text: "c"}},
 	},
 	{
 		name: "time preferred over @timestamp, bad times ignored",
@@ -330,7 +377,8 @@ func TestDecode(t *testing.T) {
 	for _, tc := range decodeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultDecoderConfig()
-			cfg.Strict = tc.strict
+			var invalid count
+			cfg.InvalidUTF8 = &invalid
 			if tc.max > 0 {
 				cfg.MaxLineBytes = tc.max
 			}
@@ -346,6 +394,17 @@ func TestDecode(t *testing.T) {
 					if want == nil && err != nil || want != nil && !errors.Is(err, want) {
 						t.Errorf("pass %d: Decode(%q) error = %v; want %v", pass, tc.records[i], err, want)
 					}
+					var me *MalformedError
+					if i < len(tc.reasons) && (!errors.As(err, &me) || me.Reason != tc.reasons[i]) {
+						t.Errorf("pass %d: Decode(%q) error = %v; want reason %s", pass, tc.records[i], err, tc.reasons[i])
+					}
+				}
+				want := 0
+				if tc.invalid != nil {
+					want = tc.invalid[pass]
+				}
+				if int(invalid) != want {
+					t.Errorf("pass %d: InvalidUTF8 counted %d; want %d", pass, invalid, want)
 				}
 				if tc.envs != nil && !equalEnvs(envs, tc.envs) {
 					t.Errorf("pass %d: Last() = %v; want %v", pass, envs, tc.envs)
@@ -362,6 +421,11 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// count is a Counter.
+type count int
+
+func (c *count) Inc() { *c++ }
 
 func equalEnvs(a, b []Envelope) bool {
 	if len(a) != len(b) {
@@ -585,17 +649,27 @@ func FuzzDecode(f *testing.F) {
 		if len(data) > fuzzMaxRecord {
 			return
 		}
-		lenient := NewDecoder(DefaultDecoderConfig())
-		strictCfg := DefaultDecoderConfig()
-		strictCfg.Strict = true
-		strict := NewDecoder(strictCfg)
+		dec := NewDecoder(DefaultDecoderConfig())
 		smallCfg := DefaultDecoderConfig()
 		smallCfg.MaxLineBytes = 64
 		small := NewDecoder(smallCfg)
 
-		got, err := texts(lenient, data)
-		if err != nil {
-			t.Fatalf("lenient Decode(%q) = %v; only oversized lines may fail and none is", data, err)
+		got, err := texts(dec, data)
+		var me *MalformedError
+		switch {
+		case err == nil:
+		case errors.As(err, &me):
+			switch me.Reason {
+			case ReasonJSONTruncated, ReasonJSONSyntax, ReasonJSONControl, ReasonJSONType, ReasonJSONNoText:
+			default:
+				t.Fatalf("Decode(%q) = %v: unknown reason %q", data, err, me.Reason)
+			}
+			// Decided once: a rejected record is not also read as text.
+			if len(got) != 0 {
+				t.Fatalf("Decode(%q) = %v and emitted %q; want nothing emitted", data, err, got)
+			}
+		default:
+			t.Fatalf("Decode(%q) = %v; only malformed JSON may fail and no line is oversized", data, err)
 		}
 		for _, l := range got {
 			if strings.IndexByte(l, '\n') >= 0 {
@@ -603,53 +677,64 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 
-		// Raw records round-trip byte for byte.
 		body := bytes.TrimSuffix(data, []byte("\n"))
-		if lenient.Last() == EnvelopeRaw && bytes.IndexByte(body, '\n') < 0 {
-			want := string(bytes.TrimSuffix(body, []byte("\r")))
-			if len(got) != 1 || got[0] != want {
-				t.Fatalf("Decode(raw %q) = %q; want [%q]", data, got, want)
+		trimmed := bytes.TrimLeft(body, " \t\n\r")
+		jsonLike := len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[') && looksJSON(trimmed, 0)
+		if !jsonLike {
+			// Anything else is CRI or raw text; raw text round-trips byte
+			// for byte.
+			if err != nil {
+				t.Fatalf("Decode(%q) = %v for a record that does not look like JSON", data, err)
 			}
-		}
-
-		// encoding/json agrees on what a valid JSON record says.
-		_, serr := texts(strict, data)
-		valid := json.Valid(data)
-		if errors.Is(serr, ErrMalformed) && valid {
-			t.Fatalf("strict Decode(%q) = %v but encoding/json finds it valid", data, serr)
-		}
-		var obj map[string]json.RawMessage
-		if valid && utf8.Valid(data) && json.Unmarshal(data, &obj) == nil && obj != nil {
-			want := []string{string(body)}
-			var s string
-			if json.Unmarshal(obj["log"], &s) == nil && obj["log"] != nil && obj["log"][0] == '"' {
-				want = expectLines(s)
-			} else if json.Unmarshal(obj["message"], &s) == nil && obj["message"] != nil && obj["message"][0] == '"' {
-				want = expectLines(s)
-			} else {
-				want = strings.Split(string(body), "\n")
-				for i, l := range want {
-					want[i] = strings.TrimSuffix(l, "\r")
+			if dec.Last() == EnvelopeRaw && bytes.IndexByte(body, '\n') < 0 {
+				want := string(bytes.TrimSuffix(body, []byte("\r")))
+				if len(got) != 1 || got[0] != want {
+					t.Fatalf("Decode(raw %q) = %q; want [%q]", data, got, want)
 				}
 			}
-			if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+		} else {
+			// A record that looks like JSON is accepted exactly when
+			// encoding/json finds an object whose "log" (or, without one,
+			// "message") is a string, and then says the same text, with
+			// invalid UTF-8 replaced the same way.
+			var obj map[string]json.RawMessage
+			var want []string
+			ok := json.Valid(data) && json.Unmarshal(data, &obj) == nil && obj != nil
+			if ok {
+				field := obj["log"]
+				if field == nil {
+					field = obj["message"]
+				}
+				var s string
+				ok = field != nil && field[0] == '"' && json.Unmarshal(field, &s) == nil
+				want = expectLines(s)
+			}
+			if ok != (err == nil) {
+				t.Fatalf("Decode(%q) = %v; encoding/json finds an envelope: %v", data, err, ok)
+			}
+			if ok && strings.Join(got, "\x00") != strings.Join(want, "\x00") {
 				t.Fatalf("Decode(%q) = %q; encoding/json says %q", data, got, want)
+			}
+			if ok && dec.Last() == EnvelopeRaw || !ok && dec.Last() != EnvelopeRaw {
+				t.Fatalf("Decode(%q) = %v with envelope %v", data, err, dec.Last())
 			}
 		}
 
-		// A small cap drops exactly the long lines' records.
+		// A small cap drops exactly the long lines' records. (The cap counts
+		// bytes as received, before invalid UTF-8 is replaced.)
 		sgot, serr := texts(small, data)
+		capped := err == nil && utf8.Valid(data)
 		long := false
 		for _, l := range got {
 			long = long || len(l) > 64
 		}
-		if long != errors.Is(serr, ErrOversized) {
+		if capped && long != errors.Is(serr, ErrOversized) {
 			t.Fatalf("Decode(%q) with a 64-byte cap: %v; lines %q", data, serr, got)
 		}
-		if !long && strings.Join(sgot, "\x00") != strings.Join(got, "\x00") {
+		if capped && !long && strings.Join(sgot, "\x00") != strings.Join(got, "\x00") {
 			t.Fatalf("Decode(%q) with a 64-byte cap = %q; want %q", data, sgot, got)
 		}
-		if long && len(sgot) != 0 {
+		if capped && long && len(sgot) != 0 {
 			t.Fatalf("Decode(%q) with a 64-byte cap emitted %q for an oversized record", data, sgot)
 		}
 

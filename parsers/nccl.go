@@ -214,7 +214,7 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 				ev.Flags |= pipeline.FlagEnabled
 			}
 			return
-		case hasPrefix(msg, "NVLS comm "):
+		case hasPrefix(msg, "NVLS comm "), hasPrefix(msg, "NVLS Trees "):
 			ev.Kind = pipeline.EventNVLS
 			ev.Flags |= pipeline.FlagEnabled | pipeline.FlagNVLSTree
 			return
@@ -234,8 +234,8 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventPluginLoaded
 			ev.Flags |= pipeline.FlagAssigned
 			return
-		case hasPrefix(msg, "Using internal Network "):
-			// 2.2/2.3 wording (corpus 101, 102).
+		case hasPrefix(msg, "Using internal Network "), hasPrefix(msg, "Using external Network "):
+			// 2.2/2.3 wording (corpus 101, 102); "external" is a net plugin.
 			ev.Kind = pipeline.EventNetwork
 			ev.Name = trimSpace(msg[len("Using internal Network "):])
 			return
@@ -243,7 +243,14 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 	case 'B':
 		if hasPrefix(msg, "Bootstrap : Using ") || hasPrefix(msg, "Bootstrap: Using ") {
 			ev.Kind = pipeline.EventBootstrap
-			parseIfaceIP(msg[bytes.Index(msg, []byte("Using "))+len("Using "):], ev)
+			b := trimSpace(msg[bytes.Index(msg, []byte("Using "))+len("Using "):])
+			if c := bytes.IndexByte(b, ':'); c > 0 && bytes.IndexByte(b, '<') < 0 && isNumber(b[c+1:]) {
+				// ≥ 2.24 with NCCL_OOB_NET_ENABLE: "Bootstrap: Using mlx5_0:1"
+				// names a net device and port, not an interface and address.
+				ev.Name = b[:c]
+				return
+			}
+			parseIfaceIP(b, ev)
 			return
 		}
 	case 'C':
@@ -272,12 +279,36 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			ev.Kind = pipeline.EventConnected
 			ev.Flags |= pipeline.FlagNVLSTree
 			return
-		case hasPrefix(msg, "CollNet "):
+		case hasPrefix(msg, "CollNet ") && len(msg) > 8 && (isDigit(msg[8]) || msg[8] == '['), hasPrefix(msg, "CollNet Channel "),
+			hasPrefix(msg, "Coll ") && len(msg) > 5 && isDigit(msg[5]):
+			// "CollNet 05/0 : 5 [receive] via COLLNET/SHARP/5/GDRDMA" (corpus
+			// 041); "Coll 05 : 5 [send] via COLLNET/…", "CollNet [send] : rank
+			// …" and "CollNet Channel 0 rank 3 up …" in 2.6–2.8. Other "CollNet
+			// …" lines say why CollNet is off ("CollNet currently only supports
+			// up to 8 GPUs per node, disabling CollNet", 2.9–2.22).
 			ev.Kind = pipeline.EventCollNet
 			if bytes.Contains(msg, []byte("/GDRDMA")) {
 				ev.Flags |= pipeline.FlagGDR
 			}
 			return
+		case hasPrefix(msg, "Collnet Chains"), hasPrefix(msg, "Connected Collnet Chains"), hasPrefix(msg, "Connected collnet"):
+			// CollNet chains set up (2.14–2.21 "Collnet Chains …", "Connected
+			// collnet + chain"; 2.22+ "Connected Collnet Chains …").
+			ev.Kind = pipeline.EventCollNet
+			return
+		case hasPrefix(msg, "CommRevokeAsync "):
+			// 2.28.7+: "CommRevokeAsync START comm 0x… rank 3 nRanks 16 nNodes 2 …".
+			if parseComm(msg, ev) {
+				return
+			}
+		case hasPrefix(msg, "Count not open "):
+			// 2.30.3+ prints "Count not open <lib>" (sic) for each verbs
+			// library it tries; libibverbs.so.1 is the last one, so failing it
+			// means no verbs (2.11–2.29 said "Failed to open libibverbs.so[.1]").
+			if bytes.HasSuffix(msg, []byte("libibverbs.so.1")) && bytes.IndexByte(msg[len("Count not open "):], '/') < 0 {
+				ev.Kind = pipeline.EventNoVerbs
+				return
+			}
 		}
 	case 'R':
 		if hasPrefix(msg, "Ring ") {
@@ -297,11 +328,16 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			return
 		}
 	case 'S':
-		if hasPrefix(msg, "SHARP rank ") {
+		if hasPrefix(msg, "SHARP rank ") || hasPrefix(msg, "Sharp rank ") {
+			// nccl-rdma-sharp-plugins: "Sharp rank" up to v2.1, "SHARP rank" after.
 			ev.Kind = pipeline.EventCollNet
 			return
 		}
-		if hasPrefix(msg, "Successfully loaded external") {
+		if hasPrefix(msg, "Successfully loaded external plugin ") || hasPrefix(msg, "Successfully loaded external network plugin ") {
+			// 2.27 "external plugin", 2.28+ "external network plugin"; the
+			// tuner, profiler, env and GIN plugins (2.28+) print "external
+			// tuner plugin …" — aws-ofi-nccl's library is also a tuner
+			// (corpus 080) — and are no net plugin.
 			ev.Kind = pipeline.EventPluginLoaded
 			return
 		}
@@ -359,31 +395,16 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 		}
 	case 'r':
 		// 2.2/2.3 "rank 0 nranks 4" (corpus 101).
+		if hasPrefix(msg, "rank ") && bytes.HasSuffix(msg, []byte(" Connected CollNet")) {
+			// 2.9+: "rank 3 Connected CollNet".
+			ev.Kind = pipeline.EventCollNet
+			ev.Rank = leadingInt(msg[len("rank "):])
+			return
+		}
 		if hasPrefix(msg, "rank ") && bytes.Contains(msg, []byte(" nranks ")) {
 			ev.Kind = pipeline.EventComm
 			parseKV(msg, ev)
 			return
-		}
-	}
-	if i := bytes.Index(msg, []byte(": opCount ")); i > 0 && i < 20 {
-		// COLL trace "AllReduce: opCount 0 … comm 0x7fc0… [nranks=2]
-		// stream …" (corpus 261): the communicator's size.
-		if c := bytes.Index(msg, []byte(" comm 0x")); c > 0 {
-			ptr := msg[c+len(" comm "):]
-			if e := bytes.IndexByte(ptr, ' '); e > 0 {
-				ptr = ptr[:e]
-			}
-			if n := bytes.Index(msg, []byte("[nranks=")); n > 0 {
-				v := msg[n+len("[nranks="):]
-				if e := bytes.IndexByte(v, ']'); e > 0 {
-					if nr, ok := atoi(v[:e]); ok {
-						ev.Kind = pipeline.EventComm
-						ev.CommPtr = ptr
-						ev.NRanks = nr
-						return
-					}
-				}
-			}
 		}
 	}
 	if hasPrefix(msg, "transport/net") && bytes.Contains(msg, []byte(" -> ")) {
@@ -434,6 +455,9 @@ func parseEnv(msg []byte, ev *pipeline.Event) bool {
 		v = rest[len(" set by environment to "):]
 	case hasPrefix(rest, " set to "):
 		v = rest[len(" set to "):]
+	case hasPrefix(rest, " set from environment to "):
+		// 2.6.4's wording for string parameters.
+		v = rest[len(" set from environment to "):]
 	default:
 		return false
 	}
@@ -474,13 +498,6 @@ func parseNetIB(rest []byte, ev *pipeline.Event) bool {
 	case hasPrefix(rest, "GPU Direct RDMA "):
 		parseGDR(rest, ev)
 		return true
-	case len(rest) > 2 && rest[0] == '[' && isDigit(rest[1]):
-		// ≤ 2.3 prints one device per line: "NET/IB: [0] mlx5_1:1/IB"
-		// (corpus 264).
-		ev.Kind = pipeline.EventIBDevices
-		ev.Value = rest
-		ev.Name = nameIB
-		return true
 	}
 	return false
 }
@@ -505,26 +522,23 @@ func parseNetOther(rest []byte, ev *pipeline.Event) bool {
 		ev.Name = name
 		parseIfaceIP(body[len("Using "):], ev)
 		return true
-	case bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ")):
-		// aws-ofi-nccl found NICs of a provider: "NET/OFI Selected Provider
-		// is efa (found 4 nics)" (≤ 1.13), "… provider is efa, fabric is
-		// efa-direct (found 4 nics)" (1.14+). Loaded, not yet selected
-		// (corpus 247).
-		ev.Kind = pipeline.EventPluginLoaded
-		ev.Name = []byte("AWS Libfabric")
-		return true
-	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")):
+	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")),
+		bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ") || hasPrefix(body, "Using aws-ofi-nccl")):
+		// aws-ofi-nccl also says it loaded with "Selected Provider is
+		// efa" (v0.9–v1.13), "Selected provider is efa, fabric is efa"
+		// (v1.14+) and "Using aws-ofi-nccl 1.6.0" (v1.1.4–v1.7.0). Only
+		// "plugin initialized" says init completed; the others load a
+		// plugin that may still be rejected (corpus 247, 250).
 		// NET/gIB : Initializing gIB v1.0.6 ; NET/FastSocket plugin initialized ;
 		// NET/FasTrak <ts>: Initializing network FasTrak (corpus 047, 034, 052).
+		// The name is kept as printed ("OFI" for aws-ofi-nccl, which the
+		// assembler maps to "AWS Libfabric"); a constant here would allocate
+		// and would not alias the line.
 		ev.Kind = pipeline.EventPluginLoaded
 		if hasPrefix(body, "plugin initialized") {
 			ev.Flags |= pipeline.FlagInitOK
 		}
-		if bytes.Equal(name, []byte("OFI")) {
-			ev.Name = []byte("AWS Libfabric")
-		} else {
-			ev.Name = name
-		}
+		ev.Name = name
 		return true
 	}
 	return false
@@ -547,18 +561,37 @@ func parsePlugin(msg []byte, ev *pipeline.Event) {
 		// A plugin was found and rejected (2.19.3, corpus 058), or failed to
 		// load for another reason than being absent.
 		ev.Kind = pipeline.EventPluginFailed
+	case pluginLibError(msg):
+		// ≥ 2.28: "NET/Plugin: libnccl-net.so: <dlerror>" when the library
+		// exists but does not load (absent libraries are listed as "Could not
+		// find: …" instead).
+		ev.Kind = pipeline.EventPluginFailed
 	default:
 		ev.Kind = pipeline.EventOther
 	}
+}
+
+// pluginLibError reports whether msg is "NET/Plugin: <lib>.so…: <error>".
+func pluginLibError(msg []byte) bool {
+	rest := msg[len("NET/Plugin"):]
+	if !hasPrefix(rest, ": ") {
+		return false
+	}
+	rest = rest[2:]
+	c := bytes.Index(rest, []byte(": "))
+	if c <= 0 {
+		return false
+	}
+	lib := rest[:c]
+	return bytes.IndexByte(lib, ' ') < 0 && bytes.Contains(lib, []byte(".so"))
 }
 
 // parseGDR reads "GPU Direct RDMA Enabled|Disabled for HCA n 'dev'" and the
 // per-GPU "… for GPU 81000 / HCA 1 (distance 6 <= 7), read 0" forms.
 func parseGDR(msg []byte, ev *pipeline.Event) {
 	ev.Kind = pipeline.EventGDR
-	// nccl-rdma-sharp-plugins print "GPU Direct RDMA (nvidia-peermem)
-	// enabled for HCA 0 'mlx5_0'" in lower case.
 	if bytes.Contains(msg, tokGDREnable) || bytes.Contains(msg, []byte(") enabled for ")) {
+		// nccl-rdma-sharp-plugins: "GPU Direct RDMA (DMABUF) enabled for HCA 0 'mlx5_0".
 		ev.Flags |= pipeline.FlagEnabled
 	}
 	if i := bytes.Index(msg, []byte(" for HCA ")); i >= 0 {
@@ -568,6 +601,9 @@ func parseGDR(msg []byte, ev *pipeline.Event) {
 			n := msg[i+q+1:]
 			if e := bytes.IndexByte(n, '\''); e >= 0 {
 				ev.Name = n[:e]
+			} else {
+				// The sharp plugin's format lacks the closing quote.
+				ev.Name = n
 			}
 		}
 	}
@@ -672,8 +708,16 @@ func parseConnection(b []byte, ev *pipeline.Event) {
 		ev.Transport = pipeline.TransportP2PIPC
 	case hasPrefix(t, "P2P/CUMEM"):
 		ev.Transport = pipeline.TransportP2PCUMEM
-	case hasPrefix(t, "P2P/direct pointer"), hasPrefix(t, "P2P/direct"):
+	case hasPrefix(t, "P2P/direct pointer"), hasPrefix(t, "P2P/direct"), hasPrefix(t, "P2P/common device"):
+		// "common device" (≤ 2.7): two ranks on one GPU.
 		ev.Transport = pipeline.TransportP2PDirect
+	case hasPrefix(t, "P2P/MNNVL"):
+		// ≥ 2.20: P2P over a multi-node NVLink domain (the peer may be on
+		// another node).
+		ev.Transport = pipeline.TransportP2PMNNVL
+	case hasPrefix(t, "P2P/indirect"):
+		// ≥ 2.8: "P2P/indirect/4[4]", relayed through another GPU.
+		ev.Transport = pipeline.TransportP2PIndirect
 	case hasPrefix(t, "SHM"), hasPrefix(t, "direct shared memory"):
 		ev.Transport = pipeline.TransportSHM
 	case hasPrefix(t, "NVLS"):

@@ -79,17 +79,19 @@ type Transport uint8
 
 // Transports NCCL prints in connection lines.
 const (
-	TransportUnknown   Transport = iota
-	TransportNet                 // via NET/<name>/<dev>
-	TransportP2PIPC              // via P2P/IPC[/read]
-	TransportP2PCUMEM            // via P2P/CUMEM[/read]
-	TransportP2PDirect           // via P2P/direct pointer
-	TransportSHM                 // via SHM/direct/direct, via direct shared memory
-	TransportNVLS                // via NVLS
-	TransportCollNet             // via COLLNET/…
+	TransportUnknown     Transport = iota
+	TransportNet                   // via NET/<name>/<dev>
+	TransportP2PIPC                // via P2P/IPC[/read]
+	TransportP2PCUMEM              // via P2P/CUMEM[/read]
+	TransportP2PDirect             // via P2P/direct pointer, P2P/common device (≤ 2.7: two ranks on one GPU)
+	TransportSHM                   // via SHM/direct/direct, via direct shared memory
+	TransportNVLS                  // via NVLS
+	TransportCollNet               // via COLLNET/…
+	TransportP2PMNNVL              // via P2P/MNNVL[/read] (≥ 2.20: CUMEM P2P across a multi-node NVLink domain)
+	TransportP2PIndirect           // via P2P/indirect/r[x] (2.8+: relayed through another GPU of the node)
 )
 
-var transportNames = [...]string{"unknown", "NET", "P2P/IPC", "P2P/CUMEM", "P2P/direct pointer", "SHM", "NVLS", "CollNet"}
+var transportNames = [...]string{"unknown", "NET", "P2P/IPC", "P2P/CUMEM", "P2P/direct pointer", "SHM", "NVLS", "CollNet", "P2P/MNNVL", "P2P/indirect"}
 
 // String returns the transport's name as listed in a summary's intra field.
 func (t Transport) String() string {

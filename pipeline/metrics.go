@@ -28,6 +28,7 @@ type Metrics struct {
 	Ready          prometheus.Gauge
 	SourceQueue    prometheus.Gauge // records fetched, waiting for the runner
 	SourceQueueCap prometheus.Gauge
+	InvalidUTF8    prometheus.Counter // JSON text repaired by the decoder
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -56,9 +57,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Ready:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_ready", Help: "1 when the pipeline is consuming and storing."}),
 		SourceQueue:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_length", Help: "Fetched Kafka records waiting for the runner."}),
 		SourceQueueCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_capacity", Help: "Capacity of the fetched-records queue."}),
+		InvalidUTF8: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_decoder_invalid_utf8_total",
+			Help: "Lines (and metadata values) of JSON records whose invalid UTF-8 was replaced by U+FFFD; the record is kept."}),
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.SkippedReplays, m.Evictions, m.Ready, m.SourceQueue, m.SourceQueueCap)
+		m.Rebuilds, m.RebuiltEvents, m.SkippedReplays, m.Evictions, m.Ready, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
 	return m
 }

@@ -307,11 +307,7 @@ func (r *Runner) Message(ctx context.Context, m Message) error {
 		r.deps.Decoder.Flush(r.emit)
 		r.cur = nil
 		if err != nil {
-			reason := "malformed"
-			if errors.Is(err, ErrOversized) {
-				reason = "oversized"
-			}
-			r.deadLetter(&m, r.line, reason, err.Error())
+			r.deadLetter(&m, r.line, DeadLetterReason(err), err.Error())
 		}
 	}
 	r.batch.Bytes += 16 // coordinates

@@ -159,7 +159,6 @@ func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerC
 		now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), offset: map[int32]int64{}}
 	h.m = pipeline.NewMetrics(h.reg)
 	dcfg := parsers.DefaultDecoderConfig()
-	dcfg.Strict = true
 	h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
 		Sink: sink, Committer: h.commit, Loader: sink, Metrics: h.m, Logger: zerolog.Nop(),
@@ -316,8 +315,8 @@ func TestRunnerDeadLetters(t *testing.T) {
 		t.Fatalf("dead letters = %d; want 2", len(sink.dead))
 	}
 	reasons := sink.dead[0].Reason + " | " + sink.dead[1].Reason
-	if !strings.Contains(reasons, "malformed") || !strings.Contains(reasons, "oversized") {
-		t.Errorf("reasons = %q; want malformed and oversized", reasons)
+	if !strings.Contains(reasons, "json_syntax: ") || !strings.Contains(reasons, "oversized: ") {
+		t.Errorf("reasons = %q; want json_syntax and oversized", reasons)
 	}
 	if got := testutil.ToFloat64(h.m.DeadLetters.WithLabelValues("oversized")); got != 1 {
 		t.Errorf("oversized dead letters metric = %v; want 1", got)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,6 @@ type serviceConfig struct {
 	Decoder    decoderSettings        `yaml:"decoder"`
 	Expect     pipeline.Expectation   `yaml:"expect"`
 	Rules      rules.ServiceConfig    `yaml:"rules"`
-	Extra      map[string]yaml.Node   `yaml:",inline"`
 }
 
 type httpConfig struct {
@@ -75,22 +75,23 @@ func defaultServiceConfig() serviceConfig {
 	return c
 }
 
-// loadFile merges a YAML file over c. Unknown keys are an error that names
-// them: a typo must not silently fall back to a default.
+// loadFile merges a YAML file over c. Unknown keys, at any depth, are an
+// error naming each by its full path: a typo must not silently fall back to
+// a default.
 func (c *serviceConfig) loadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if err := yaml.Unmarshal(b, c); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
-	if len(c.Extra) > 0 {
-		var keys []string
-		for k := range c.Extra {
-			keys = append(keys, k)
-		}
-		return fmt.Errorf("config %s: unknown keys %s", path, strings.Join(keys, ", "))
+	if err := unknownKeys(&doc, reflect.TypeFor[serviceConfig]()); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := yaml.Unmarshal(b, c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
 }

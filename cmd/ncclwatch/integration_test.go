@@ -306,7 +306,7 @@ func (e *itEnv) replayFile(t *testing.T, job, path string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), itWait)
 	defer cancel()
-	n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
+	n, _, err := replay(ctx, io.Discard, e.brokers, e.topic, 1, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
 		Container: "trainer"}, 0, 1, []string{path})
 	if err != nil {
 		t.Fatalf("replay %s as %s: %v", path, job, err)
@@ -661,7 +661,7 @@ func TestIntegrationKillAndRestart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), itWait)
 		defer cancel()
 		for _, job := range names {
-			n, _, err := replay(ctx, e.brokers, e.topic, 0, replayMeta{Job: job, Namespace: "it",
+			n, _, err := replay(ctx, io.Discard, e.brokers, e.topic, 1, replayMeta{Job: job, Namespace: "it",
 				Pod: job + "-worker-0", Container: "trainer"}, 25000, 1, []string{jobs[job]})
 			if err != nil {
 				produced <- err
@@ -922,12 +922,17 @@ func TestIntegrationPoisonRecords(t *testing.T) {
 	// Each bad record holds an NCCL token: the prefilter passes only those
 	// to the decoder (records without one are skipped undecoded).
 	bad := map[int64]string{
-		add([]byte(`{"log":"h:1:1 [0] NCCL INFO Using network IB\n","stream":"stdout","time":}`)):                    "malformed",
-		add([]byte(`{"log":"h:1:1 [0] NCCL INFO bad escape \q","time":"2026-11-29T12:00:00Z"}`)):                     "malformed",
-		add([]byte(`{"log":"h:1:1 [0] NCCL INFO unterminated,"kubernetes":{"pod_name":"x"}}`)):                       "malformed",
-		add([]byte(`{NCCL INFO not json at all}`)):                                                                   "malformed",
-		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("x", 4000)), now, replayMeta{Job: "x"})): "oversized",
-		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("y", 900)), now, replayMeta{Job: "x"})):  "oversized",
+		// Each kind of poison from issue 8's fault-injection run: none may
+		// be read as text (that made fake jobs out of the NCCL line inside).
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO Using network IB\n","stream":"stdout","time":}`)):                                          "json_syntax",
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO bad escape \q","time":"2026-11-29T12:00:00Z"}`)):                                           "json_syntax",
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO unterminated,"kubernetes":{"pod_name":"x"}}`)):                                             "json_syntax",
+		add([]byte(`{"log":"h:1:1 [0] NCCL INFO Using network Socket\n","kubernetes":{"pod_name":"chaos-poison-trunc`)):                    "json_truncated",
+		add([]byte(`{"log":7,"message":"h:1:1 [0] NCCL INFO Using network Socket","kubernetes":{"pod_name":"chaos-poison-lognum-0000"}}`)): "json_type",
+		add([]byte("{\"log\":\"h:1:1 [0] NCCL INFO Using network\x00Socket\\n\",\"kubernetes\":{\"pod_name\":\"chaos-poison-nul\"}}")):     "json_control",
+		add([]byte(`{"msg":"h:1:1 [0] NCCL INFO Using network Socket","kubernetes":{"pod_name":"chaos-poison-notext"}}`)):                  "json_no_text",
+		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("x", 4000)), now, replayMeta{Job: "x"})):                       "oversized",
+		add(fluentBitJSON(nil, []byte("h:1:1 [0] NCCL INFO "+strings.Repeat("y", 900)), now, replayMeta{Job: "x"})):                        "oversized",
 	}
 	addFile("poison-022", "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log")
 
@@ -1120,7 +1125,6 @@ func TestIntegrationRestartAfterPartialBatch(t *testing.T) {
 		t.Helper()
 		cfg := e.config(t).Pipeline
 		dcfg := parsers.DefaultDecoderConfig()
-		dcfg.Strict = true
 		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory, Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
 			Candidate: parsers.Candidate, Sink: sink, Loader: e.ch})
 		if err := r.Assigned(ctx, []pipeline.Partition{{Topic: e.topic, Partition: 0}}); err != nil {

@@ -72,10 +72,11 @@ func (rp *replayer) records(r io.Reader, fn func(value []byte) error) error {
 		ferr = fn(buf)
 	}
 	for sc.Scan() {
-		if err := rp.dec.Decode(sc.Bytes(), emit); err != nil && !errors.Is(err, parsers.ErrOversized) {
-			// Undecodable records are replayed as raw text: the service's
-			// own dead-letter path is what a replay should exercise.
-			emit(&pipeline.Record{Text: sc.Bytes()})
+		if err := rp.dec.Decode(sc.Bytes(), emit); err != nil && !errors.Is(err, parsers.ErrOversized) && ferr == nil {
+			// Undecodable records are replayed as they are: the
+			// service's own dead-letter path is what a replay should
+			// exercise.
+			ferr = fn(sc.Bytes())
 		}
 		if ferr != nil {
 			return ferr
@@ -103,7 +104,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Cluster, "cluster", "", "cluster name")
 	rate := fs.Float64("rate", 0, "records per second; 0 = as fast as the broker takes them")
 	repeat := fs.Int("repeat", 1, "replay the files this many times (load tests)")
-	partitions := fs.Int("partitions", 0, "create the topic with this many partitions when missing (0: rely on auto-creation)")
+	// 8 partitions spread a handful of replayed jobs over several
+	// consumers without many empty partitions on a laptop broker.
+	partitions := fs.Int("partitions", 8, "partitions of the topic when replay creates it (an existing topic is used as it is)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch replay --brokers HOST:PORT --topic T --job NAME [--namespace NS] [--node NODE] [--pod POD] [--rate N] FILE...\n\nProduce log files (any envelope) into Kafka as Fluent Bit records.\n\nflags:")
 		fs.PrintDefaults()
@@ -127,6 +130,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	case fs.NArg() == 0:
 		fmt.Fprintln(stderr, "ncclwatch replay: no files given")
 		return exitUsage
+	case *partitions < 1:
+		fmt.Fprintln(stderr, "ncclwatch replay: --partitions must be >= 1")
+		return exitUsage
 	case *rate < 0 || *repeat < 1:
 		fmt.Fprintln(stderr, "ncclwatch replay: --rate must be >= 0 and --repeat >= 1")
 		return exitUsage
@@ -136,7 +142,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, d, err := replay(ctx, brokers, *topic, *partitions, m, *rate, *repeat, fs.Args())
+	n, d, err := replay(ctx, stderr, brokers, *topic, *partitions, m, *rate, *repeat, fs.Args())
 	if err != nil {
 		fmt.Fprintln(stderr, "ncclwatch replay:", err)
 		return 1
@@ -147,13 +153,15 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 
 // replay produces files to Kafka and returns the number of records and the
 // time it took.
-func replay(ctx context.Context, brokers []string, topic string, partitions int, m replayMeta, rate float64, repeat int, files []string) (int64, time.Duration, error) {
+func replay(ctx context.Context, stderr io.Writer, brokers []string, topic string, partitions int, m replayMeta, rate float64, repeat int, files []string) (int64, time.Duration, error) {
 	pcfg := kafka.DefaultProducerConfig()
 	pcfg.Brokers, pcfg.Topic = brokers, topic
-	if partitions > 0 {
-		if err := kafka.CreateTopicWith(ctx, pcfg, partitions); err != nil {
-			return 0, 0, err
-		}
+	n, created, err := kafka.EnsureTopic(ctx, pcfg, partitions)
+	if err != nil {
+		return 0, 0, err
+	}
+	if created {
+		fmt.Fprintf(stderr, "created topic %s with %d partitions\n", topic, n)
 	}
 	prod, err := kafka.NewProducer(pcfg)
 	if err != nil {

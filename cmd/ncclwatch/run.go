@@ -233,7 +233,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = cfg.Decoder.MaxLineBytes
-	dcfg.Strict = true
+	dcfg.InvalidUTF8 = metrics.InvalidUTF8
 	// Telemetry (training step times, nccl-tests results) is on unless
 	// the config turns it off: it widens the prefilter to progress lines.
 	candidate := parsers.Candidate

@@ -43,7 +43,6 @@ func TestGenRecords(t *testing.T) {
 		}
 		job := JobName("load", j)
 		dcfg := parsers.DefaultDecoderConfig()
-		dcfg.Strict = true
 		dec := parsers.NewDecoder(dcfg)
 		var lines parsers.Lines
 		var ev pipeline.Event

@@ -573,7 +573,10 @@ func (a *Assembler) connection(p *proc, ev *pipeline.Event) {
 		if ev.Flags&pipeline.FlagGDR != 0 {
 			p.gdr.collnet++
 		}
-	case pipeline.TransportUnknown:
+	case pipeline.TransportUnknown, pipeline.TransportP2PMNNVL:
+		// P2P/MNNVL (2.20+) joins GPUs of a multi-node NVLink domain, which
+		// may be on other nodes: it is no intra-node evidence, so it is kept
+		// out of intra as it was while the parser called it unknown.
 	default:
 		p.intra |= 1 << ev.Transport
 		if peer.rank >= 0 && peer.dev >= 0 && len(p.intraPeers) < maxSmall && !slices.Contains(p.intraPeers, peer) {

@@ -270,3 +270,118 @@ func topicPartitions(ctx context.Context, d *kafka.Dialer, brokers []string, top
 	}
 	return total, led, nil
 }
+
+// ErrNoTopic reports a topic that does not exist and could not be created.
+var ErrNoTopic = errors.New("topic does not exist and could not be created")
+
+// autoCreateWait bounds how long EnsureTopic waits for a broker's
+// auto-creation: a broker that auto-creates does so on the first metadata
+// request, so a few seconds cover leader election on a loaded machine.
+const autoCreateWait = 10 * time.Second
+
+// EnsureTopic makes sure cfg.Topic exists, so that a producer (which never
+// auto-creates; see NewProducer) can write to it. An existing topic is used
+// as it is, whatever its partition count. A missing one is created with
+// partitions partitions and a replication factor of 1 on a single-broker
+// cluster (the brokers' default otherwise). When the brokers refuse to
+// create it (no permission, say) it falls back to their auto-creation
+// (auto.create.topics.enable); when that is off too the error wraps
+// ErrNoTopic and says both. It returns the topic's partition count and
+// whether this call created it.
+func EnsureTopic(ctx context.Context, cfg ProducerConfig, partitions int) (n int, created bool, err error) {
+	return ensureTopic(ctx, cfg, partitions, true)
+}
+
+// ensureTopic is EnsureTopic; create false skips the CreateTopics request,
+// as a broker that refuses it would (tests of the fallback use it).
+func ensureTopic(ctx context.Context, cfg ProducerConfig, partitions int, create bool) (n int, created bool, err error) {
+	if partitions <= 0 {
+		return 0, false, fmt.Errorf("kafka ensure topic: partitions must be > 0, got %d", partitions)
+	}
+	errs := validateBrokers("kafka.producer.brokers", cfg.Brokers)
+	errs = append(errs, cfg.TLS.validate("kafka.producer.tls")...)
+	errs = append(errs, cfg.SASL.validate("kafka.producer.sasl")...)
+	if cfg.Topic == "" {
+		errs = append(errs, errors.New("kafka.producer.topic: must not be empty"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, false, err
+	}
+	sec, err := newSecurity("kafka.producer", cfg.TLS, cfg.SASL)
+	if err != nil {
+		return 0, false, err
+	}
+	t := sec.transport()
+	defer t.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: t}
+	// A metadata request that does not auto-create: the topic must be
+	// created with the wanted partitions, not the broker's num.partitions.
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{cfg.Topic}})
+	if err != nil {
+		return 0, false, fmt.Errorf("kafka metadata %s: %w", cfg.Topic, err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == cfg.Topic && tp.Error == nil && len(tp.Partitions) > 0 {
+			return len(tp.Partitions), false, nil
+		}
+	}
+	rf := -1 // the brokers' default.replication.factor
+	if len(md.Brokers) == 1 {
+		rf = 1
+	}
+	cerr := errors.New("not attempted")
+	if create {
+		var res *kafka.CreateTopicsResponse
+		res, cerr = c.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+			Topics: []kafka.TopicConfig{{Topic: cfg.Topic, NumPartitions: partitions, ReplicationFactor: rf}},
+		})
+		if cerr == nil {
+			cerr = res.Errors[cfg.Topic]
+		}
+	}
+	switch {
+	case cerr == nil:
+		return partitions, true, waitTopic(ctx, sec.dialer(), cfg.Brokers, cfg.Topic, partitions)
+	case errors.Is(cerr, kafka.TopicAlreadyExists):
+		// Created by someone else since the metadata request.
+		wctx, cancel := context.WithTimeout(ctx, autoCreateWait)
+		defer cancel()
+		n, err := waitAnyPartitions(wctx, sec.dialer(), cfg.Brokers, cfg.Topic)
+		return n, false, err
+	}
+	// Creation refused: try the brokers' auto-creation (a metadata
+	// request that allows it).
+	wctx, cancel := context.WithTimeout(ctx, autoCreateWait)
+	defer cancel()
+	n, aerr := waitAnyPartitions(wctx, sec.dialer(), cfg.Brokers, cfg.Topic)
+	if aerr == nil {
+		return n, true, nil
+	}
+	return 0, false, fmt.Errorf("kafka topic %s: %w: creating it failed (%w) and the brokers did not auto-create it (%w); "+
+		"create it (kafka-topics.sh --create --topic %s --partitions %d) or enable auto.create.topics.enable",
+		cfg.Topic, ErrNoTopic, cerr, aerr, cfg.Topic, partitions)
+}
+
+// waitAnyPartitions polls metadata (allowing auto-creation) until topic has
+// partitions, each with a leader, and returns their number.
+func waitAnyPartitions(ctx context.Context, d *kafka.Dialer, brokers []string, topic string) (int, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		total, led, err := topicPartitions(ctx, d, brokers, topic)
+		if err == nil && total > 0 && led == total {
+			return total, nil
+		}
+		if errors.Is(err, kafka.InvalidTopic) || errors.Is(err, kafka.TopicAuthorizationFailed) {
+			return 0, err // waiting will not help
+		}
+		if err == nil {
+			err = fmt.Errorf("%d of %d partitions have a leader", led, total)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigUnknownKeysAtEveryDepth(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // substrings of the error; none means valid
+	}{
+		{"valid nested keys", `
+kafka:
+  brokers: [127.0.0.1:9092]
+  sasl: {mechanism: PLAIN, username: u, password: p}
+clickhouse:
+  addr: [127.0.0.1:9000]
+pipeline:
+  batch: {max_rows: 5000, max_wait: 2s}
+  assembler: {}
+rules:
+  interval: 30s
+  files: [builtin]
+  webhooks:
+    - url: http://127.0.0.1:1/hook
+      headers: {X-Any-Header: v}
+`, nil},
+		{"top level", "migrte: true\n", []string{"line 1: unknown key migrte"}},
+		{"second level", "clickhouse:\n  adr: [x]\n", []string{"line 2: unknown key clickhouse.adr"}},
+		{"third level", "pipeline:\n  batch:\n    max_row: 10\n", []string{"line 3: unknown key pipeline.batch.max_row"}},
+		{"inside a list", "rules:\n  webhooks:\n    - url: http://127.0.0.1:1/\n      timout: 1s\n",
+			[]string{"line 4: unknown key rules.webhooks[0].timout"}},
+		{"pointer struct", "kafka:\n  sasl:\n    user: x\n", []string{"unknown key kafka.sasl.user"}},
+		{"every typo at once", "log: {levle: debug}\ndecoder:\n  max_line_byte: 1\n",
+			[]string{"unknown key log.levle", "unknown key decoder.max_line_byte"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := defaultServiceConfig()
+			err := c.loadFile(path)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("loadFile(%q) = %v; want nil", tc.yaml, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("loadFile(%q) = nil; want an error naming %q", tc.yaml, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("loadFile(%q) = %v; want it to name %q", tc.yaml, err, w)
+				}
+			}
+		})
+	}
+	// The walk itself is what caught the typo: the default is untouched.
+	c := defaultServiceConfig()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("pipeline:\n  batch:\n    max_rows: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.loadFile(path); err != nil || c.Pipeline.Batch.MaxRows != 7 {
+		t.Errorf("loadFile(max_rows: 7) = %v, MaxRows %d; want nil, 7", err, c.Pipeline.Batch.MaxRows)
+	}
+}
