@@ -64,14 +64,5 @@ func NetworkClass(name string) string {
 	return ClassUnknown
 }
 
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }

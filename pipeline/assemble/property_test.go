@@ -22,19 +22,16 @@ func TestPropertyPlainSendKeepsGDR(t *testing.T) {
 		if before.GDR == nil || !*before.GDR {
 			continue
 		}
-		for _, l := range lines {
-			ev, ok := parse(l)
-			if !ok || ev.Kind != pipeline.EventConnection || ev.Transport != pipeline.TransportNet || header(l) == "" {
-				continue
-			}
-			add := header(l) + "Channel 31/0 : 0[0] -> 1[1] [send] via NET/" + string(ev.Name) + "/0"
-			_, after := run(t, append(append([]string{}, lines...), add), nil, pipeline.Expectation{})
-			if after.GDR == nil || !*after.GDR {
-				t.Errorf("%s: gdr %s after adding %q", name, show(after.GDR), add)
-			}
-			checked++
-			break
+		h, net := firstNetConn(lines)
+		if h == "" {
+			continue
 		}
+		add := h + "Channel 31/0 : 0[0] -> 1[1] [send] via NET/" + net + "/0"
+		_, after := run(t, append(append([]string{}, lines...), add), nil, pipeline.Expectation{})
+		if after.GDR == nil || !*after.GDR {
+			t.Errorf("%s: gdr %s after adding %q", name, show(after.GDR), add)
+		}
+		checked++
 	}
 	if checked < 5 {
 		t.Fatalf("only %d excerpts with gdr true and NET lines", checked)
@@ -170,22 +167,19 @@ func TestPropertyReceiveGDRMakesGDR(t *testing.T) {
 		if before.GDR == nil || *before.GDR {
 			continue
 		}
-		for _, l := range lines {
-			ev, ok := parse(l)
-			if !ok || ev.Kind != pipeline.EventConnection || ev.Transport != pipeline.TransportNet || header(l) == "" {
-				continue
-			}
-			add := header(l) + "Channel 31/0 : 1[1] -> 0[0] [receive] via NET/" + string(ev.Name) + "/0/GDRDMA"
-			_, after := run(t, append(append([]string{}, lines...), add), nil, pipeline.Expectation{})
-			if after.GDR == nil || !*after.GDR || after.GDRRecv == nil || !*after.GDRRecv {
-				t.Errorf("%s: gdr %s, gdr_recv %s after adding %q", name, show(after.GDR), show(after.GDRRecv), add)
-			}
-			if after.Verdict == pipeline.VerdictGDROff {
-				t.Errorf("%s: gdr_off with a GDRDMA connection", name)
-			}
-			checked++
-			break
+		h, net := firstNetConn(lines)
+		if h == "" {
+			continue
 		}
+		add := h + "Channel 31/0 : 1[1] -> 0[0] [receive] via NET/" + net + "/0/GDRDMA"
+		_, after := run(t, append(append([]string{}, lines...), add), nil, pipeline.Expectation{})
+		if after.GDR == nil || !*after.GDR || after.GDRRecv == nil || !*after.GDRRecv {
+			t.Errorf("%s: gdr %s, gdr_recv %s after adding %q", name, show(after.GDR), show(after.GDRRecv), add)
+		}
+		if after.Verdict == pipeline.VerdictGDROff {
+			t.Errorf("%s: gdr_off with a GDRDMA connection", name)
+		}
+		checked++
 	}
 	if checked < 3 {
 		t.Fatalf("only %d excerpts with gdr false and NET lines", checked)
@@ -265,4 +259,16 @@ func TestPropertyProcessOrder(t *testing.T) {
 			t.Errorf("%s: facts with lines grouped by process = %s; as logged %s", name, facts(s), facts(base))
 		}
 	}
+}
+
+// firstNetConn returns the header of the first NET connection line of
+// lines and its net name, or "".
+func firstNetConn(lines []string) (head, net string) {
+	for _, l := range lines {
+		ev, ok := parse(l)
+		if ok && ev.Kind == pipeline.EventConnection && ev.Transport == pipeline.TransportNet && header(l) != "" {
+			return header(l), string(ev.Name)
+		}
+	}
+	return "", ""
 }
