@@ -16,32 +16,64 @@ CLICKHOUSE_PORT ?= 19000
 CLICKHOUSE_HTTP_PORT ?= 18123
 # Alertmanager's test config notifies ALERTMANAGER_PORT+1, which must be free too.
 ALERTMANAGER_PORT ?= 19094
+# The secured listeners beside the plaintext ones: Kafka SASL_SSL (SCRAM over
+# TLS, ACLs) and ClickHouse's TLS native port with a password user. Set one
+# empty to start that server without it (its secured tests then fail under
+# make test, which requires every server).
+KAFKA_SASL_PORT ?= $(shell expr $(KAFKA_PORT) + 4)
+CLICKHOUSE_TLS_PORT ?= $(shell expr $(CLICKHOUSE_PORT) + 440)
 export KAFKA_PORT KAFKA_CONTROLLER_PORT CLICKHOUSE_PORT CLICKHOUSE_HTTP_PORT ALERTMANAGER_PORT
+export KAFKA_SASL_PORT CLICKHOUSE_TLS_PORT
+RUN_TMP := $(or $(TMPDIR),/tmp)
+export KAFKA_SECURE_DIR ?= $(RUN_TMP)/ncclwatch-kafka-$(KAFKA_PORT)/secure
+export CLICKHOUSE_SECURE_DIR ?= $(RUN_TMP)/ncclwatch-clickhouse-$(CLICKHOUSE_PORT)/secure
 
 # Integration tests find the servers through these.
 export NCCLWATCH_TEST_KAFKA ?= 127.0.0.1:$(KAFKA_PORT)
 export NCCLWATCH_TEST_CLICKHOUSE ?= 127.0.0.1:$(CLICKHOUSE_PORT)
 export NCCLWATCH_TEST_ALERTMANAGER ?= 127.0.0.1:$(ALERTMANAGER_PORT)
+export NCCLWATCH_TEST_KAFKA_SASL ?= $(if $(KAFKA_SASL_PORT),127.0.0.1:$(KAFKA_SASL_PORT))
+export NCCLWATCH_TEST_KAFKA_SECURE_DIR ?= $(KAFKA_SECURE_DIR)
+export NCCLWATCH_TEST_CLICKHOUSE_TLS ?= $(if $(CLICKHOUSE_TLS_PORT),127.0.0.1:$(CLICKHOUSE_TLS_PORT))
+export NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR ?= $(CLICKHOUSE_SECURE_DIR)
 
-.PHONY: all build test unit vet fuzz promtool services-start services-stop bench demo
+.PHONY: all build quickstart test unit vet k8s fuzz promtool services-start services-stop bench demo
 
 all: build
 
+# ncclwatch version prints the module version and VCS revision from the
+# build information; -X adds `git describe` where Go's VCS stamping is off.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o bin/ncclwatch ./cmd/ncclwatch
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ncclwatch ./cmd/ncclwatch
+
+# quickstart: Kafka, ClickHouse and `ncclwatch run` left running on
+# loopback with three bundled real logs replayed (deploy/local/quickstart.sh).
+quickstart: build
+	deploy/local/quickstart.sh start
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	cd deploy/kubernetes && $(GO) vet ./...
+
+# k8s: the Kubernetes manifests rendered with kustomize and decoded strictly
+# into their typed API structs (a module of its own: deploy/kubernetes/go.mod).
+k8s:
+	cd deploy/kubernetes && $(GO) test -count=1 ./...
 
 # unit runs the tests that need no server.
 unit: vet
-	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= $(GO) test -race -count=1 ./...
+	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= \
+	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= $(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory k8s
 
 fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseNCCL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzStripPrefix$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./rules/ -run '^$$' -fuzz '^FuzzRulesParse$$' -fuzztime $(FUZZTIME_RULES) -fuzzminimizetime $(FUZZMIN)
 
 # promtool: deploy/prometheus rules through Debian's promtool (check and
@@ -66,6 +98,7 @@ test: vet
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
 	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
+	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \
 	exit $$status

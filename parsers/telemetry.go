@@ -98,6 +98,7 @@ type Telemetry struct {
 	cfg  TelemetryConfig
 	ansi []byte
 	ev   pipeline.Event
+	ckpt Checkpoint // checkpoint save and load lines (checkpoint.go)
 }
 
 // NewTelemetry returns a parser; cfg must be valid.
@@ -124,6 +125,10 @@ func (t *Telemetry) Parse(line []byte, tl *pipeline.TelemetryLine) bool {
 	rest = trimRightSpace(rest)
 	if len(rest) == 0 {
 		return false
+	}
+	if t.ckpt.Parse(rest, &tl.Checkpoint) {
+		tl.Kind, tl.Rank = pipeline.TelemetryCheckpoint, p.Rank
+		return true
 	}
 	if !t.parse(rest, tl) {
 		tl.Reset()
@@ -1460,6 +1465,8 @@ var telemetrySlowTokens = [...][]byte{
 	[]byte("int64"),
 	[]byte("nccl-tests"), // nccl-tests 2.18+ version line
 	[]byte("ms, mfu"),    // nanoGPT "time 893.76ms, mfu 16.68%" (not its pre-2023 lines without mfu)
+	// Checkpoint lines (checkpoint.go: CheckpointTokens).
+	tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo,
 }
 
 // TelemetryCandidate reports whether line may be a telemetry line: the

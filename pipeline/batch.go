@@ -54,19 +54,23 @@ type Batch struct {
 	Alerts      []Alert        // alert state changes (rules engine)
 	Steps       []TrainingStep // training progress lines (telemetry)
 	TestRuns    []NCCLTestRun  // nccl-tests results (telemetry)
+	// Checkpoints are checkpoint save and load events (telemetry); an
+	// event may appear more than once as its lines arrive, the latest
+	// copy last.
+	Checkpoints []CheckpointEvent
 	Offsets     []Offset
 	Bytes       int // approximate size, for batching by bytes
 }
 
 // Len returns the number of rows in the batch.
 func (b *Batch) Len() int {
-	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns)
+	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns) + len(b.Checkpoints)
 }
 
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
-	b.Alerts, b.Steps, b.TestRuns = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0]
+	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
 	b.Bytes = 0
 }
 

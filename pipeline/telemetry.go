@@ -64,6 +64,9 @@ const (
 	// TelemetryNCCLNetwork is NCCL's "Using network X" (Name): a change
 	// of network starts a new segment of every training series of the job.
 	TelemetryNCCLNetwork
+	// TelemetryCheckpoint is a checkpoint save or load line (Checkpoint;
+	// pipeline/checkpoint.go).
+	TelemetryCheckpoint
 )
 
 var telemetryKindNames = [...]string{
@@ -71,7 +74,7 @@ var telemetryKindNames = [...]string{
 	TelemetryTestCommand: "test_command", TelemetryTestStart: "test_start", TelemetryTestVersion: "test_version",
 	TelemetryTestParams: "test_params", TelemetryTestDevice: "test_device", TelemetryTestHeader: "test_header",
 	TelemetryTestRow: "test_row", TelemetryTestAvg: "test_avg", TelemetryTestEnd: "test_end",
-	TelemetryNCCLComm: "nccl_comm", TelemetryNCCLNetwork: "nccl_network",
+	TelemetryNCCLComm: "nccl_comm", TelemetryNCCLNetwork: "nccl_network", TelemetryCheckpoint: "checkpoint",
 }
 
 // String returns the kind's name.
@@ -152,6 +155,9 @@ type TelemetryLine struct {
 	Avg        float64 // GB/s
 	NRanks     int     // NCCL comm line nranks
 	Name       []byte  // NCCL network name
+
+	// Checkpoint is a checkpoint line's save or load.
+	Checkpoint CheckpointLine
 }
 
 // Reset clears l for reuse.
@@ -162,6 +168,7 @@ func (l *TelemetryLine) Reset() {
 		Avg: nan, NRanks: -1,
 		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
 			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
+	l.Checkpoint.Reset()
 }
 
 // TrainingStep is one training-progress line of a job (Megatron-LM,
@@ -378,6 +385,7 @@ type telJob struct {
 	ncclHosts []string
 	ncclRanks int
 	network   string
+	ckpts     []*ckptSeries // checkpoint series, pipeline/checkpoint.go
 }
 
 // series is one framework's training progress in a job.
@@ -484,6 +492,12 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 		}
 	case TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
+	case TelemetryCheckpoint:
+		ev := j.checkpoint(a.rowMeta(meta), &tl.Checkpoint, tl.Rank, t, src)
+		if ev != nil && out != nil {
+			out.Checkpoints = append(out.Checkpoints, *ev)
+			out.Bytes += 160 + len(ev.Job) + len(ev.Pod) + len(ev.Path)
+		}
 	default:
 		j.test(tl, src, a.cfg)
 		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {

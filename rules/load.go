@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -38,16 +39,31 @@ const (
 	ScopePool Scope = "pool"
 )
 
-// Bounds on what one expression may cost. 1 000 AST nodes is ten times the
-// largest built-in rule; 100 000 units of the VM's memory budget (about one
-// per array element or map entry it allocates) let a rule walk a job's
-// communicators many times over while a runaway range like 0..1e9 fails at
-// once.
+// Bounds on what one expression may cost (the sandbox; rules/README.md
+// "Sandbox"). 1 000 AST nodes is ten times the largest built-in rule; 4 KiB
+// of source is fifty times its longest expression and bounds the parser's
+// recursion (deep parentheses make no nodes); 256-byte string literals hold
+// any label value a rule compares with. 100 000 units of the VM's memory
+// budget (about one per array element or map entry it allocates, and one
+// per element each loop over an array starts) let a rule walk a job's
+// communicators many times over while a runaway range like 0..1e9, or loops
+// nested over large arrays, fail at once. A rule file over 1 MiB is a wrong
+// file, not rules.
 const (
-	maxExprNodes   = 1000
-	maxExprMemory  = 100_000
-	maxRuleNameLen = 200
+	maxExprNodes    = 1000
+	maxExprBytes    = 4096
+	maxLiteralBytes = 256
+	maxExprMemory   = 100_000
+	maxRuleFile     = 1 << 20
+	maxRuleNameLen  = 200
 )
+
+// growingBuiltins are the expr builtins whose result can be far larger than
+// their arguments (repeat, join, replace, JSON and base64 encoding) or that
+// make arrays the memory budget does not see (split). No rule needs them;
+// disabled, an expression's output is bounded by its inputs and the budget.
+var growingBuiltins = []string{"repeat", "join", "replace", "split", "splitAfter",
+	"toJSON", "fromJSON", "toBase64", "fromBase64"}
 
 // Rule is one compiled alerting rule.
 type Rule struct {
@@ -192,6 +208,10 @@ func Builtin() (*RuleSet, error) {
 
 // Parse compiles one rule file; name is used in errors.
 func Parse(name string, data []byte) (*RuleSet, error) {
+	if len(data) > maxRuleFile {
+		return nil, &LoadError{File: name, Line: 1, Column: 1,
+			Err: fmt.Errorf("%d bytes; a rule file holds at most %d", len(data), maxRuleFile)}
+	}
 	p := &fileParser{name: name, lines: strings.Split(string(data), "\n")}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -413,6 +433,10 @@ func (p *fileParser) compile(r *Rule, n *yaml.Node) {
 		p.errorf(n, r.Name, "expr: must not be empty")
 		return
 	}
+	if len(r.Expr) > maxExprBytes {
+		p.errorf(n, r.Name, "expr: %d bytes; at most %d (a rule is a condition, not a program)", len(r.Expr), maxExprBytes)
+		return
+	}
 	prog, err := expr.Compile(r.Expr, exprOptions(env)...)
 	if err != nil {
 		line, col := p.exprPos(n, err)
@@ -425,8 +449,14 @@ func (p *fileParser) compile(r *Rule, n *yaml.Node) {
 			Err: fmt.Errorf("expr: %s (scope %s; see rules/README.md for the names)", msg, r.Scope)})
 		return
 	}
-	r.program = prog
 	node := prog.Node()
+	sb := &sandboxVisitor{}
+	ast.Walk(&node, sb)
+	if sb.err != "" {
+		p.errorf(n, r.Name, "expr: %s", sb.err)
+		return
+	}
+	r.program = prog
 	v := &identVisitor{}
 	ast.Walk(&node, v)
 	r.perComm, r.perSeries, r.timed = v.names["comm"], v.names["series"], v.names["now"]
@@ -434,16 +464,47 @@ func (p *fileParser) compile(r *Rule, n *yaml.Node) {
 }
 
 func exprOptions(env any) []expr.Option {
-	return []expr.Option{
+	opts := make([]expr.Option, 0, len(growingBuiltins))
+	for _, name := range growingBuiltins {
+		opts = append(opts, expr.DisableBuiltin(name))
+	}
+	return append(opts,
 		expr.Env(env),
 		expr.AsBool(),
 		// Time is an argument: the clock is the env's now, never the
 		// builtin.
 		expr.DisableBuiltin("now"),
-		// The one builtin that allocates in proportion to an argument.
-		expr.DisableBuiltin("repeat"),
 		expr.Function("known", known, new(func(any) bool)),
 		expr.MaxNodes(maxExprNodes),
+	)
+}
+
+// sandboxVisitor finds what the sandbox rejects in a compiled expression:
+// string literals over maxLiteralBytes, and + on strings or arrays, which
+// with let doubles a value per step (let b = a + a; let c = b + b; ...) past
+// any memory limit in a few hundred nodes, unseen by the VM's budget.
+type sandboxVisitor struct{ err string }
+
+func (v *sandboxVisitor) Visit(n *ast.Node) {
+	if v.err != "" {
+		return
+	}
+	switch n := (*n).(type) {
+	case *ast.StringNode:
+		if len(n.Value) > maxLiteralBytes {
+			v.err = fmt.Sprintf("a string literal of %d bytes; at most %d", len(n.Value), maxLiteralBytes)
+		}
+	case *ast.ConstantNode:
+		if s, ok := n.Value.(string); ok && len(s) > maxLiteralBytes {
+			v.err = fmt.Sprintf("a string constant of %d bytes; at most %d", len(s), maxLiteralBytes)
+		}
+	case *ast.BinaryNode:
+		if n.Operator != "+" {
+			return
+		}
+		if t := n.Type(); t == nil || t.Kind() == reflect.String || t.Kind() == reflect.Slice || t.Kind() == reflect.Interface {
+			v.err = "+ only adds numbers here: joining strings or arrays can grow without bound"
+		}
 	}
 }
 

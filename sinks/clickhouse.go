@@ -5,6 +5,8 @@ package sinks
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -32,8 +34,14 @@ type ClickHouseConfig struct {
 	// Database holds every table; it is created by Migrate.
 	Database string `yaml:"database"`
 	// Username and Password authenticate; empty Username is "default".
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	// PasswordFile names a file that holds the password instead (a mounted
+	// secret; one trailing newline is dropped): one of the two, not both.
+	Username     string `yaml:"username"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+	// TLS, when set, speaks TLS to the native port (the server's
+	// tcp_port_secure, 9440 in the packages), verifying its certificate.
+	TLS *pipeline.TLSConfig `yaml:"tls"`
 	// DialTimeout bounds one connection attempt.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// QueryTimeout bounds one statement: one insert attempt, one DDL
@@ -122,6 +130,10 @@ func (c ClickHouseConfig) Validate() error {
 	if strings.ContainsAny(c.Cluster, "'\\\n\r\x00") || c.Cluster != strings.TrimSpace(c.Cluster) {
 		errs = append(errs, fmt.Errorf("clickhouse.cluster: %q must not contain quotes, backslashes, line breaks or surrounding spaces", c.Cluster))
 	}
+	if c.Password != "" && c.PasswordFile != "" {
+		errs = append(errs, errors.New("clickhouse.password, clickhouse.password_file: set one, not both"))
+	}
+	errs = append(errs, c.TLS.Validate("clickhouse.tls")...)
 	if c.MaxLineBytes <= 0 {
 		errs = append(errs, errors.New("clickhouse.max_line_bytes: must be > 0"))
 	}
@@ -192,7 +204,13 @@ func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, erro
 	defer cancel()
 	if err := conn.Ping(qctx); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("clickhouse ping %s: %w", strings.Join(cfg.Addr, ","), err)
+		err = fmt.Errorf("clickhouse ping %s: %w%s", strings.Join(cfg.Addr, ","), err, hint(err))
+		if isPermanent(err) || badCertificate(err) {
+			// Bad credentials or a server certificate that does not
+			// verify: retrying cannot help, the operator must act.
+			return nil, pipeline.Permanent(err)
+		}
+		return nil, err
 	}
 	var version string
 	if err := conn.QueryRow(qctx, "SELECT version()").Scan(&version); err != nil {
@@ -209,12 +227,21 @@ func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, erro
 
 // open makes the driver's connection pool; it does not dial yet.
 func open(cfg ClickHouseConfig) (driver.Conn, error) {
+	password, err := pipeline.ReadSecret("clickhouse.password", cfg.Password, cfg.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := cfg.TLS.Build("clickhouse.tls")
+	if err != nil {
+		return nil, err
+	}
 	return clickhouse.Open(&clickhouse.Options{
 		Protocol: clickhouse.Native,
 		Addr:     cfg.Addr,
+		TLS:      tc,
 		// No default database: the connection must work before Migrate
 		// has created cfg.Database, and every statement names it.
-		Auth:        clickhouse.Auth{Username: cfg.Username, Password: cfg.Password},
+		Auth:        clickhouse.Auth{Username: cfg.Username, Password: password},
 		DialTimeout: cfg.DialTimeout,
 		ReadTimeout: cfg.QueryTimeout,
 		// Log text compresses several-fold; LZ4 costs little CPU and every
@@ -401,6 +428,18 @@ func isPermanent(err error) bool {
 	return false
 }
 
+// badCertificate reports whether err is a server certificate that does not
+// verify (unknown CA, wrong host name, expired).
+func badCertificate(err error) bool {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify)
+}
+
 // hint says what an operator should change for a permanent error.
 func hint(err error) string {
 	var ex *proto.Exception
@@ -411,7 +450,7 @@ func hint(err error) string {
 	case 8, 10, 16, 47, 60, 81:
 		return " (the schema is not the one this ncclwatch writes: run `ncclwatch migrate`, and check that no one altered the tables)"
 	case 164, 192, 193, 291, 497, 516:
-		return " (check clickhouse.username, clickhouse.password and the account's grants on clickhouse.database)"
+		return " (check clickhouse.username, clickhouse.password or clickhouse.password_file, and the account's grants on clickhouse.database)"
 	}
 	return ""
 }
@@ -451,12 +490,13 @@ func (t *table) token(b *pipeline.Batch) string {
 }
 
 // allTables lists every table Consume writes: the core ones here, then
-// those of sinks/alerts.go and sinks/telemetry.go.
+// those of sinks/alerts.go, sinks/telemetry.go and sinks/checkpoint.go.
 func allTables() []table {
-	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables))
+	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables))
 	out = append(out, tables...)
 	out = append(out, alertTables...)
-	return append(out, telemetryTables...)
+	out = append(out, telemetryTables...)
+	return append(out, checkpointTables...)
 }
 
 var tables = []table{

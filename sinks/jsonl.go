@@ -58,6 +58,9 @@ func (s *JSONLines) Consume(_ context.Context, b *pipeline.Batch) error {
 	if err := s.write("nccl_test_results", len(b.TestRuns), func(i int) any { return nanToNull(reflect.ValueOf(b.TestRuns[i])) }); err != nil {
 		return err
 	}
+	if err := s.write("checkpoint_events", len(b.Checkpoints), func(i int) any { return nanToNull(reflect.ValueOf(b.Checkpoints[i])) }); err != nil {
+		return err
+	}
 	return s.write("dead_letters", len(b.DeadLetters), func(i int) any { return b.DeadLetters[i] })
 }
 

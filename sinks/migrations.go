@@ -124,11 +124,13 @@ func (f features) ddl() ddlTypes {
 func migrations(f features) []migration {
 	out := coreMigrations(f)
 	out = append(out, alertMigrations(f)...)
-	return append(out, telemetryMigrations(f)...)
+	out = append(out, telemetryMigrations(f)...)
+	return append(out, checkpointMigrations(f)...)
 }
 
 // coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
-// telemetry 20–39 (sinks/telemetry.go).
+// telemetry 20–39 (sinks/telemetry.go), checkpoints 40–49
+// (sinks/checkpoint.go).
 func coreMigrations(f features) []migration {
 	t := f.ddl()
 	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings

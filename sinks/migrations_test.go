@@ -197,6 +197,8 @@ func TestClickHouseConfigValidate(t *testing.T) {
 		{"cluster", func(c *ClickHouseConfig) { c.Cluster = "a'b" }, "clickhouse.cluster:"},
 		{"line", func(c *ClickHouseConfig) { c.MaxLineBytes = 0 }, "clickhouse.max_line_bytes: must be > 0"},
 		{"dead", func(c *ClickHouseConfig) { c.MaxDeadLetterBytes = 0 }, "clickhouse.max_dead_letter_bytes: must be > 0"},
+		{"password twice", func(c *ClickHouseConfig) { c.Password, c.PasswordFile = "p", "f" }, "clickhouse.password, clickhouse.password_file: set one, not both"},
+		{"tls half", func(c *ClickHouseConfig) { c.TLS = &pipeline.TLSConfig{KeyFile: "k.pem"} }, "clickhouse.tls.cert_file, clickhouse.tls.key_file: set both or neither"},
 	}
 	for _, tc := range tests {
 		cfg := DefaultClickHouseConfig()

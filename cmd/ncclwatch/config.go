@@ -38,6 +38,9 @@ type httpConfig struct {
 	// Listen serves /metrics, /healthz and /readyz; ":9464" is free of
 	// the usual exporters' ports.
 	Listen string `yaml:"listen"`
+	// APITokenFile holds the bearer token the read API (/api/v1) requires;
+	// empty: no authentication (api.go).
+	APITokenFile string `yaml:"api_token_file"`
 }
 
 type logConfig struct {
@@ -116,14 +119,17 @@ func (c *serviceConfig) envOverrides(getenv func(string) string) error {
 		set("NCCLWATCH_GROUP", str(&c.Kafka.GroupID)),
 		set("NCCLWATCH_SASL_USERNAME", func(v string) error { c.sasl().Username = v; return nil }),
 		set("NCCLWATCH_SASL_PASSWORD", func(v string) error { c.sasl().Password = v; return nil }),
+		set("NCCLWATCH_SASL_PASSWORD_FILE", func(v string) error { c.sasl().PasswordFile = v; return nil }),
 		set("NCCLWATCH_SASL_MECHANISM", func(v string) error { c.sasl().Mechanism = v; return nil }),
 		set("NCCLWATCH_CLICKHOUSE", list(&c.ClickHouse.Addr)),
 		set("NCCLWATCH_DATABASE", str(&c.ClickHouse.Database)),
 		set("NCCLWATCH_CLICKHOUSE_USER", str(&c.ClickHouse.Username)),
 		set("NCCLWATCH_CLICKHOUSE_PASSWORD", str(&c.ClickHouse.Password)),
+		set("NCCLWATCH_CLICKHOUSE_PASSWORD_FILE", str(&c.ClickHouse.PasswordFile)),
 		set("NCCLWATCH_INVENTORY", str(&c.Inventory)),
 		set("NCCLWATCH_CLUSTER", str(&c.Pipeline.Cluster)),
 		set("NCCLWATCH_LISTEN", str(&c.HTTP.Listen)),
+		set("NCCLWATCH_API_TOKEN_FILE", str(&c.HTTP.APITokenFile)),
 		set("NCCLWATCH_LOG_LEVEL", str(&c.Log.Level)),
 		set("NCCLWATCH_OTLP_ENDPOINT", str(&c.Tracing.OTLPEndpoint)),
 		set("NCCLWATCH_MIGRATE", func(v string) error {

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +59,52 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(out.String(), "NCCLSocketFallback   llm-13b-socket") {
 		t.Errorf("demo output does not show the fallback alert:\n%s", out.String())
 	}
+	// The cost: medians of the bundled trainer lines, computed here from
+	// nanoGPT's "time X ms" fields independently of the telemetry parser.
+	for _, c := range []struct{ job, file string }{
+		{"llm-13b-socket", "demo/llm-13b-socket.steps.log"}, {"llm-70b-ib", "demo/llm-70b-ib.steps.log"},
+	} {
+		want := fmt.Sprintf("median step %.3f s (nanogpt)", nanoGPTMedian(t, c.file))
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q for %s:\n%s", want, c.job, out.String())
+		}
+	}
+	ratio := nanoGPTMedian(t, "demo/llm-13b-socket.steps.log") / nanoGPTMedian(t, "demo/llm-70b-ib.steps.log")
+	if want := fmt.Sprintf("ratio %.2fx: llm-13b-socket takes", ratio); !strings.Contains(out.String(), want) {
+		t.Errorf("demo output lacks %q:\n%s", want, out.String())
+	}
 	if !strings.Contains(out.String(), "silent socket fallback in: llm-13b-socket") {
 		t.Errorf("demo output does not say which job fell back:\n%s", out.String())
 	}
+}
+
+// nanoGPTMedian is the median of the "time X ms" fields of nanoGPT's iter
+// lines in file, in seconds.
+func nanoGPTMedian(t *testing.T, file string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var times []float64
+	for _, line := range strings.Split(string(b), "\n") {
+		_, after, ok := strings.Cut(line, ", time ")
+		if !ok || !strings.Contains(line, "iter ") {
+			continue
+		}
+		ms, _, _ := strings.Cut(after, "ms")
+		v, err := strconv.ParseFloat(ms, 64)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", file, line, err)
+		}
+		times = append(times, v/1000)
+	}
+	if len(times) == 0 {
+		t.Fatalf("%s: no iter lines", file)
+	}
+	sort.Float64s(times)
+	if n := len(times); n%2 == 0 {
+		return (times[n/2-1] + times[n/2]) / 2
+	}
+	return times[len(times)/2]
 }

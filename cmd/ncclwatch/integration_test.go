@@ -546,7 +546,9 @@ type process struct {
 	done chan struct{}
 }
 
-func startProcess(t *testing.T, bin, config, logPath, addr string) *process {
+// startProcess starts `ncclwatch run --config config` with env added to the
+// test's environment.
+func startProcess(t *testing.T, bin, config, logPath, addr string, env ...string) *process {
 	t.Helper()
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -554,7 +556,7 @@ func startProcess(t *testing.T, bin, config, logPath, addr string) *process {
 	}
 	cmd := exec.Command(bin, "run", "--config", config)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), "NCCLWATCH_BROKERS=", "NCCLWATCH_CLICKHOUSE=")
+	cmd.Env = append(append(os.Environ(), "NCCLWATCH_BROKERS=", "NCCLWATCH_CLICKHOUSE="), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

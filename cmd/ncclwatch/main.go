@@ -20,6 +20,7 @@ const usage = `usage: ncclwatch <command> [flags] [args]
 commands:
   demo     run the whole pipeline on bundled real logs (needs nothing but Go)
   scan     classify NCCL logs from files or stdin and print the verdict
+  guard    run a training launcher, pass its output through, stop it on a socket fallback (exit 3)
   run      the service: Kafka → classify → ClickHouse, with /metrics
   migrate  apply the ClickHouse schema migrations
   rules    check rule files and run rule scenarios (rules check|test FILE...)
@@ -67,6 +68,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "scan":
 		return runScan(args[1:], stdin, stdout, stderr)
+	case "guard":
+		return runGuard(args[1:], stdin, stdout, stderr)
 	case "demo":
 		return runDemo(args[1:], stdout, stderr)
 	case "run":
@@ -78,7 +81,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "ncclwatch", version)
+		fmt.Fprintln(stdout, versionString())
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -107,12 +107,29 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	// 8 partitions spread a handful of replayed jobs over several
 	// consumers without many empty partitions on a laptop broker.
 	partitions := fs.Int("partitions", 8, "partitions of the topic when replay creates it (an existing topic is used as it is)")
+	config := fs.String("config", "", "take kafka.brokers, kafka.tls and kafka.sasl from this `ncclwatch run` config file (and NCCLWATCH_* env: secrets come from password_file or env, never flags)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch replay --brokers HOST:PORT --topic T --job NAME [--namespace NS] [--node NODE] [--pod POD] [--rate N] FILE...\n\nProduce log files (any envelope) into Kafka as Fluent Bit records.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseArgs(fs, args); !ok {
 		return code
+	}
+	pcfg := kafka.DefaultProducerConfig()
+	if *config != "" {
+		c := defaultServiceConfig()
+		if err := c.loadFile(*config); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch replay:", err)
+			return exitUsage
+		}
+		if err := c.envOverrides(os.Getenv); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch replay:", err)
+			return exitUsage
+		}
+		pcfg.TLS, pcfg.SASL = c.Kafka.TLS, c.Kafka.SASL
+		if len(brokers) == 0 {
+			brokers = c.Kafka.Brokers
+		}
 	}
 	if len(brokers) == 0 {
 		brokers = splitList(os.Getenv("NCCLWATCH_BROKERS"))
@@ -142,7 +159,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, d, err := replay(ctx, stderr, brokers, *topic, *partitions, m, *rate, *repeat, fs.Args())
+	pcfg.Brokers, pcfg.Topic = brokers, *topic
+	n, d, err := replayWith(ctx, stderr, pcfg, *partitions, m, *rate, *repeat, fs.Args())
 	if err != nil {
 		fmt.Fprintln(stderr, "ncclwatch replay:", err)
 		return 1
@@ -156,6 +174,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 func replay(ctx context.Context, stderr io.Writer, brokers []string, topic string, partitions int, m replayMeta, rate float64, repeat int, files []string) (int64, time.Duration, error) {
 	pcfg := kafka.DefaultProducerConfig()
 	pcfg.Brokers, pcfg.Topic = brokers, topic
+	return replayWith(ctx, stderr, pcfg, partitions, m, rate, repeat, files)
+}
+
+// replayWith is replay with a whole producer configuration (TLS, SASL).
+func replayWith(ctx context.Context, stderr io.Writer, pcfg kafka.ProducerConfig, partitions int, m replayMeta, rate float64, repeat int, files []string) (int64, time.Duration, error) {
+	topic := pcfg.Topic
 	n, created, err := kafka.EnsureTopic(ctx, pcfg, partitions)
 	if err != nil {
 		return 0, 0, err

@@ -121,7 +121,7 @@ func runService(args []string, stderr io.Writer) int {
 	f := newServiceFlags("run", stderr)
 	f.fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch run [flags]\n\nConsume Fluent Bit records from Kafka, classify NCCL lines, store in ClickHouse.\n\nflags:")
-		f.fs.PrintDefaults()
+		printFlags(stderr, f.fs, runFlagDefaults())
 	}
 	if code, ok := parseArgs(f.fs, args); !ok {
 		return code
@@ -180,6 +180,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 	var sink pipeline.Consumer = hooks.sink
 	var loader pipeline.EventLoader
+	var jobsDB jobReader // the read API's stored verdicts (api.go)
 	if sink == nil {
 		ch, err := connectClickHouse(ctx, cfg.ClickHouse, log)
 		if err != nil {
@@ -196,7 +197,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
 			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
 		}
-		sink, loader = ch, ch
+		sink, loader, jobsDB = ch, ch, ch
 	}
 
 	var inv *pipeline.Inventory
@@ -244,11 +245,16 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		telemetry = parsers.NewTelemetry(parsers.DefaultTelemetryConfig())
 		candidate = func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) }
 	}
+	live := newLiveJobs(liveJobsMax)
+	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
+	if err != nil {
+		return err
+	}
 	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: candidate,
 		Telemetry: telemetry,
 		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
-		Logger: log, Tracer: tracer, OnFlush: hooks.onFlush,
+		Logger: log, Tracer: tracer, OnFlush: live.chain(hooks.onFlush),
 	}
 	if stage != nil {
 		eng := stage.Engine()
@@ -273,6 +279,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	var assigned atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	api.mount(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !assigned.Load() || !runner.Ready() {
@@ -288,7 +295,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
 		Str("http", state.addr).Msg("ncclwatch run starting")
 
-	var g group
+	// The first part to fail stops the others (a refused SASL login or
+	// group ACL must end the process, not leave it serving /healthz).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := group{cancel: cancel}
 	g.go_(func() error {
 		h := &sourceHandler{r: runner, log: log, delivered: state.delivered, assigned: &assigned}
 		err := src.Run(ctx, h)
@@ -345,9 +356,10 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 // group runs goroutines and returns the first error once all have exited.
 type group struct {
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+	cancel context.CancelFunc // called on the first error
 }
 
 func (g *group) go_(fn func() error) {
@@ -358,6 +370,7 @@ func (g *group) go_(fn func() error) {
 			g.mu.Lock()
 			g.errs = append(g.errs, err)
 			g.mu.Unlock()
+			g.cancel()
 		}
 	}()
 }
@@ -419,6 +432,9 @@ func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zero
 			log.Info().Str("server", ch.Version()).Strs("addr", cfg.Addr).Msg("clickhouse connected")
 			return ch, nil
 		}
+		if pipeline.IsPermanent(err) {
+			return nil, err // wrong credentials or certificate: fatal at once
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("clickhouse %v: %w (is the server up? set --clickhouse or NCCLWATCH_CLICKHOUSE)", cfg.Addr, err)
 		}
@@ -458,7 +474,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	f := newServiceFlags("migrate", stderr)
 	f.fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent).\n\nflags:")
-		f.fs.PrintDefaults()
+		printFlags(stderr, f.fs, runFlagDefaults())
 	}
 	if code, ok := parseArgs(f.fs, args); !ok {
 		return code

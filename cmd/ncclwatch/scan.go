@@ -32,7 +32,10 @@ type scanResult struct {
 	// was off for this scan (input.telemetry says why).
 	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
 	Training  []pipeline.TrainingReport `json:"training"`
-	Input     scanInput                 `json:"input"`
+	// Checkpoints has one entry per checkpoint series (job and framework)
+	// found; null when telemetry was off.
+	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
+	Input       scanInput                   `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
 }
@@ -137,6 +140,7 @@ func (s *scanner) result() scanResult {
 	res := scanResult{Communicators: comms, Summary: sum, Input: in}
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
+		res.Checkpoints = []pipeline.CheckpointReport{}
 		seen := map[string]bool{}
 		for _, f := range in.Files {
 			if seen[f] {
@@ -146,6 +150,7 @@ func (s *scanner) result() scanResult {
 			tests, training := s.telA.Report(f)
 			res.NCCLTests = append(res.NCCLTests, tests...)
 			res.Training = append(res.Training, training...)
+			res.Checkpoints = append(res.Checkpoints, s.telA.Checkpoints(f)...)
 		}
 	}
 	return res
@@ -166,7 +171,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on for inputs up to 256 MiB)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs, nil)
 	}
 	if code, ok := parseArgs(fs, args); !ok {
 		return code
@@ -276,7 +281,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := enc.Encode(res.honest()); err != nil {
 			fmt.Fprintln(stderr, "ncclwatch scan:", err)
 			return exitUsage
 		}
@@ -316,7 +321,7 @@ func printTable(w io.Writer, res scanResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMM\tRANKS\tNODES\tNETWORK\tCLASS\tFABRIC\tGDR\tINTRA\tVERDICT")
 	for _, c := range res.Communicators {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.CommID, intOrDash(c.NRanks), intOrDash(c.NNodes),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.CommID, intOrDash(c.NRanks), nodesCell(c),
 			strOrDash(c.Network), c.NetworkClass, strOrDash(c.Fabric), boolOrDash(c.GDR), listOrDash(c.Intra), c.Verdict)
 	}
 	tw.Flush()
@@ -325,7 +330,7 @@ func printTable(w io.Writer, res scanResult) {
 	if s.Fallback != nil && *s.Fallback {
 		fmt.Fprint(w, " (silent socket fallback)")
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, ", nodes %s, ranks %s\n", jobNodes(res), intOrDash(s.NRanks))
 	for _, r := range s.Reasons {
 		fmt.Fprintln(w, "  -", r)
 	}
@@ -354,6 +359,75 @@ func printTable(w io.Writer, res scanResult) {
 	if res.Input.Oversized > 0 || res.Input.Malformed > 0 {
 		fmt.Fprintf(w, "skipped: %d oversized lines, %d malformed records\n", res.Input.Oversized, res.Input.Malformed)
 	}
+}
+
+// nodesCell is the NODES column: the node count when it is known, else
+// "≥N" when N distinct hosts were seen (what a reason such as "across nodes
+// (2 hosts)" rests on), else "-".
+func nodesCell(c pipeline.CommSummary) string {
+	switch {
+	case c.NNodes != nil:
+		return strconv.Itoa(*c.NNodes)
+	case len(c.Hosts) >= 2:
+		return "≥" + strconv.Itoa(len(c.Hosts))
+	}
+	return "-"
+}
+
+// jobNodes is the job's node count as nodesCell says it, over the distinct
+// hosts of all communicators.
+func jobNodes(res scanResult) string {
+	if res.Summary.NNodes != nil {
+		return strconv.Itoa(*res.Summary.NNodes)
+	}
+	hosts := map[string]bool{}
+	for _, c := range res.Communicators {
+		for _, h := range c.Hosts {
+			hosts[h] = true
+		}
+	}
+	if len(hosts) >= 2 {
+		return "≥" + strconv.Itoa(len(hosts))
+	}
+	return "-"
+}
+
+// jsonComm and jsonSummary are what scan --json writes for a communicator
+// and the job: a time the input does not carry (raw files) is null, not
+// 0001-01-01T00:00:00Z. The shallower fields shadow the embedded ones.
+type jsonComm struct {
+	pipeline.CommSummary
+	FirstSeen *time.Time `json:"first_seen"`
+	LastSeen  *time.Time `json:"last_seen"`
+}
+
+type jsonSummary struct {
+	pipeline.JobSummary
+	FirstSeen *time.Time `json:"first_seen"`
+	LastSeen  *time.Time `json:"last_seen"`
+}
+
+type jsonResult struct {
+	scanResult
+	Communicators []jsonComm  `json:"communicators"`
+	Summary       jsonSummary `json:"summary"`
+}
+
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// honest returns res as scan --json writes it.
+func (res scanResult) honest() jsonResult {
+	out := jsonResult{scanResult: res, Communicators: make([]jsonComm, len(res.Communicators)),
+		Summary: jsonSummary{JobSummary: res.Summary, FirstSeen: timeOrNull(res.Summary.FirstSeen), LastSeen: timeOrNull(res.Summary.LastSeen)}}
+	for i, c := range res.Communicators {
+		out.Communicators[i] = jsonComm{CommSummary: c, FirstSeen: timeOrNull(c.FirstSeen), LastSeen: timeOrNull(c.LastSeen)}
+	}
+	return out
 }
 
 func intOrDash(p *int) string {

@@ -8,6 +8,11 @@
 # (needs root), never uses the Debian init script/systemd unit, and runs the
 # server binary directly with the config in deploy/local/clickhouse/ rendered
 # into ${TMPDIR:-/tmp}/ncclwatch-clickhouse-$CLICKHOUSE_PORT (removed by `stop`).
+#
+# With CLICKHOUSE_TLS_PORT set, the server also listens for the native
+# protocol over TLS on that port (tcp_port_secure; a throwaway CA and server
+# certificate) and has a password user "ncclwatch" (password in a file); both
+# in $CLICKHOUSE_SECURE_DIR (see "Secured ClickHouse" in deploy/local/README.md).
 # See deploy/local/README.md.
 set -euo pipefail
 
@@ -26,6 +31,9 @@ RUN_DIR="$(run_dir clickhouse "$CLICKHOUSE_PORT")"
 LOG_DIR="$RUN_DIR/logs"
 PID_FILE="$RUN_DIR/clickhouse.pid"
 CONFIG="$RUN_DIR/config.xml"
+# Empty: no TLS port and no password user.
+CLICKHOUSE_TLS_PORT="${CLICKHOUSE_TLS_PORT:-}"
+CLICKHOUSE_SECURE_DIR="${CLICKHOUSE_SECURE_DIR:-$RUN_DIR/secure}"
 
 # --- install ----------------------------------------------------------------
 
@@ -90,6 +98,9 @@ start() {
       -e "s|@RUN_DIR@|$RUN_DIR|g" \
       "$CONF_SRC/config.xml" >"$CONFIG"
   cp "$CONF_SRC/users.xml" "$RUN_DIR/users.xml"
+  if [[ -n "$CLICKHOUSE_TLS_PORT" ]]; then
+    secure_setup
+  fi
 
   log "starting clickhouse-server on tcp 127.0.0.1:$CLICKHOUSE_PORT, http 127.0.0.1:$CLICKHOUSE_HTTP_PORT (dir $RUN_DIR)"
   (cd "$RUN_DIR" && exec setsid nohup "$server" --config-file="$CONFIG" \
@@ -101,7 +112,26 @@ start() {
     answers
   local version
   version="$(http_query 'SELECT version()' 2>/dev/null || echo unknown)"
+  if [[ -n "$CLICKHOUSE_TLS_PORT" ]]; then
+    wait_ready $((SECONDS + CLICKHOUSE_START_TIMEOUT)) 0.3 clickhouse-server \
+      "clickhouse-server did not open its TLS port 127.0.0.1:$CLICKHOUSE_TLS_PORT" port_open "$CLICKHOUSE_TLS_PORT"
+    log "ready: native TLS on 127.0.0.1:$CLICKHOUSE_TLS_PORT, user ncclwatch; CA and password in $CLICKHOUSE_SECURE_DIR"
+  fi
   log "ready: ClickHouse $version on tcp 127.0.0.1:$CLICKHOUSE_PORT, http 127.0.0.1:$CLICKHOUSE_HTTP_PORT (pid $(read_pid))"
+}
+
+# secure_setup: certificates, the password user and the TLS port, as config.d
+# and users.d files beside the rendered config (18.16 merges both).
+secure_setup() {
+  require_port_free "$CLICKHOUSE_TLS_PORT" TLS
+  make_tls "$CLICKHOUSE_SECURE_DIR"
+  make_secret "$CLICKHOUSE_SECURE_DIR/ncclwatch.password"
+  local hash
+  hash="$(tr -d '\n' <"$CLICKHOUSE_SECURE_DIR/ncclwatch.password" | sha256sum | cut -d' ' -f1)"
+  mkdir -p "$RUN_DIR/config.d" "$RUN_DIR/users.d"
+  sed -e "s|@TLS_PORT@|$CLICKHOUSE_TLS_PORT|g" -e "s|@SECURE_DIR@|$CLICKHOUSE_SECURE_DIR|g" \
+    "$CONF_SRC/secure.xml" >"$RUN_DIR/config.d/secure.xml"
+  sed -e "s|@PASSWORD_SHA256@|$hash|g" "$CONF_SRC/users-secure.xml" >"$RUN_DIR/users.d/secure.xml"
 }
 
 stop() {
@@ -127,6 +157,7 @@ usage() {
 usage: $0 start|stop|status|restart|install
        $0 client [ARGS...]
 env: CLICKHOUSE_PORT ($CLICKHOUSE_PORT) CLICKHOUSE_HTTP_PORT ($CLICKHOUSE_HTTP_PORT)
+     CLICKHOUSE_TLS_PORT (${CLICKHOUSE_TLS_PORT:-unset: no TLS port}) CLICKHOUSE_SECURE_DIR ($CLICKHOUSE_SECURE_DIR)
      CLICKHOUSE_START_TIMEOUT ($CLICKHOUSE_START_TIMEOUT) CLICKHOUSE_STOP_TIMEOUT ($CLICKHOUSE_STOP_TIMEOUT)
 EOF
   exit 2

@@ -4,6 +4,11 @@
 #   deploy/local/kafka.sh start|stop|status|restart|fetch
 #   deploy/local/kafka.sh tool CLASS [ARGS...]   run a Kafka tool class with the broker's classpath
 #
+# With KAFKA_SASL_PORT set, a SASL_SSL listener (SCRAM-SHA-512 over TLS) runs
+# beside the plaintext one, with the StandardAuthorizer on: a throwaway CA and
+# broker certificate, SCRAM users made at format time and their ACLs, all in
+# $KAFKA_SECURE_DIR (see "Secured listener" in deploy/local/README.md).
+#
 # Jars come from Maven Central through `mvn` (deploy/local/kafka/pom.xml) and are
 # cached in $NCCLWATCH_CACHE/kafka-$KAFKA_VERSION/libs. Data and logs live in
 # ${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT and are removed by `stop`.
@@ -31,6 +36,17 @@ LOG_DIR="$RUN_DIR/logs"
 PID_FILE="$RUN_DIR/kafka.pid"
 PROPS="$RUN_DIR/server.properties"
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+# Empty: plaintext only.
+KAFKA_SASL_PORT="${KAFKA_SASL_PORT:-}"
+KAFKA_SECURE_DIR="${KAFKA_SECURE_DIR:-$RUN_DIR/secure}"
+# Topics and groups whose names start with this are open to the SCRAM user
+# "ncclwatch" (read, write, join the group); user "nogroup" may read and
+# describe such topics but join no group; any other resource is refused to
+# both. The plaintext and controller listeners authenticate no one: their
+# principal, User:ANONYMOUS, is a super user so that the plaintext tests and
+# the tools keep working.
+KAFKA_ACL_PREFIX="${KAFKA_ACL_PREFIX:-ncclwatch-sasl-}"
+KAFKA_SCRAM_USERS=(ncclwatch nogroup)
 
 # --- jars -------------------------------------------------------------------
 
@@ -130,10 +146,19 @@ start() {
       -e "s|@DATA_DIR@|$DATA_DIR|g" \
       "$CONF_SRC/server.properties" >"$PROPS"
 
+  local scram=()
+  if [[ -n "$KAFKA_SASL_PORT" ]]; then
+    secure_setup
+    local u
+    for u in "${KAFKA_SCRAM_USERS[@]}"; do
+      scram+=(--add-scram "SCRAM-SHA-512=[name=$u,password=$(cat "$KAFKA_SECURE_DIR/$u.password")]")
+    done
+  fi
+
   local cluster_id
   cluster_id="$(random_cluster_id)"
   if ! tool kafka.tools.StorageTool format --cluster-id "$cluster_id" --config "$PROPS" --standalone \
-      >"$LOG_DIR/format.log" 2>&1; then
+      "${scram[@]}" >"$LOG_DIR/format.log" 2>&1; then
     cat "$LOG_DIR/format.log" >&2 || true
     die "formatting storage in $DATA_DIR failed"
   fi
@@ -154,7 +179,54 @@ start() {
     port_open "$KAFKA_PORT"
   wait_ready "$deadline" 1 broker "broker did not answer on $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s" \
     answers
+  if [[ -n "$KAFKA_SASL_PORT" ]]; then
+    wait_ready "$deadline" 0.3 broker "broker did not open SASL_SSL 127.0.0.1:$KAFKA_SASL_PORT within ${KAFKA_START_TIMEOUT}s" \
+      port_open "$KAFKA_SASL_PORT"
+    add_acls
+    log "ready: SASL_SSL (SCRAM-SHA-512) on 127.0.0.1:$KAFKA_SASL_PORT; CA, users and passwords in $KAFKA_SECURE_DIR"
+  fi
   log "ready: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid))"
+}
+
+# secure_setup: the throwaway CA and broker certificate, the SCRAM users'
+# passwords (one file each), and the SASL_SSL listener and authorizer
+# appended to the rendered properties.
+secure_setup() {
+  require_port_free "$KAFKA_SASL_PORT" SASL_SSL
+  make_tls "$KAFKA_SECURE_DIR"
+  local u
+  for u in "${KAFKA_SCRAM_USERS[@]}"; do
+    make_secret "$KAFKA_SECURE_DIR/$u.password"
+  done
+  sed -i -e "s|^listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,|listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,|" \
+      -e "s|^advertised.listeners=.*|&,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT|" \
+      -e "s|^listener.security.protocol.map=.*|&,SASL_SSL:SASL_SSL|" "$PROPS"
+  cat >>"$PROPS" <<EOF
+
+# SASL_SSL listener (kafka.sh with KAFKA_SASL_PORT).
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$KAFKA_SECURE_DIR/server-keystore.pem
+ssl.client.auth=none
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+EOF
+}
+
+# add_acls: the rights described at KAFKA_ACL_PREFIX, granted over the
+# plaintext listener (a super user).
+add_acls() {
+  local acl=(org.apache.kafka.tools.AclCommand --bootstrap-server "$BOOTSTRAP"
+    --command-config "$CONF_SRC/admin.properties" --add --resource-pattern-type prefixed)
+  if ! tool "${acl[@]}" --allow-principal User:ncclwatch --producer --consumer \
+      --topic "$KAFKA_ACL_PREFIX" --group "$KAFKA_ACL_PREFIX" >"$LOG_DIR/acl.log" 2>&1 ||
+     ! tool "${acl[@]}" --allow-principal User:nogroup --operation Read --operation Describe \
+      --topic "$KAFKA_ACL_PREFIX" >>"$LOG_DIR/acl.log" 2>&1; then
+    cat "$LOG_DIR/acl.log" >&2 || true
+    die "adding the ACLs failed"
+  fi
 }
 
 stop() {
@@ -170,6 +242,8 @@ usage() {
 usage: $0 start|stop|status|restart|fetch
        $0 tool CLASS [ARGS...]
 env: KAFKA_PORT ($KAFKA_PORT) KAFKA_CONTROLLER_PORT ($KAFKA_CONTROLLER_PORT)
+     KAFKA_SASL_PORT (${KAFKA_SASL_PORT:-unset: no SASL_SSL listener}) KAFKA_SECURE_DIR ($KAFKA_SECURE_DIR)
+     KAFKA_ACL_PREFIX ($KAFKA_ACL_PREFIX)
      KAFKA_VERSION ($KAFKA_VERSION) NCCLWATCH_CACHE ($NCCLWATCH_CACHE)
      KAFKA_HEAP_OPTS ($KAFKA_HEAP_OPTS) KAFKA_START_TIMEOUT ($KAFKA_START_TIMEOUT)
      KAFKA_STOP_TIMEOUT ($KAFKA_STOP_TIMEOUT)

@@ -17,6 +17,11 @@
 #   require_port_free PORT [LABEL]    die when 127.0.0.1:PORT is taken
 #   http_request PORT PATH [BODY]     GET (POST BODY) on 127.0.0.1:PORT
 #   tail_logs LINES FILE...           last LINES of each non-empty FILE
+#   make_tls DIR                      throwaway CA (DIR/ca.pem) and a server
+#                                     certificate for 127.0.0.1 and localhost
+#                                     signed by it (DIR/server.pem, key in
+#                                     DIR/server.key, both in DIR/server-keystore.pem)
+#   make_secret FILE                  a random password in FILE (mode 0600)
 #
 # Server lifecycle, for a server started in the background whose pid is in a
 # pid file. The sourcing script sets PID_FILE (the pid file) and RUN_DIR
@@ -271,4 +276,34 @@ server_status() {
   fi
   log "pid $(read_pid) is running but $probe does not answer"
   return 1
+}
+
+# make_tls DIR: a throwaway CA and a server certificate signed by it, for the
+# secured listeners of kafka.sh and clickhouse.sh. The server certificate
+# names IP 127.0.0.1 and DNS localhost, so that a client that checks the host
+# name accepts it on loopback. Keys are unencrypted PKCS#8 (what Kafka's PEM
+# keystore and ClickHouse's OpenSSL config both read); valid for 2 days.
+make_tls() {
+  local dir="$1"
+  command -v openssl >/dev/null || die "openssl not found on PATH (needed for the throwaway TLS certificates)"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
+      -subj "/CN=ncclwatch throwaway test CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=localhost" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
+      -extfile server.ext 2>/dev/null
+    cat server.key server.pem >server-keystore.pem
+    rm -f server.csr server.ext ca.srl
+    chmod 644 ca.pem server.pem
+  ) || die "openssl could not make the TLS certificates in $dir"
+}
+
+# make_secret FILE: a random 24-character password, readable by the owner only.
+make_secret() {
+  (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n' >"$1")
 }

@@ -6,17 +6,17 @@ package kafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 // Start offsets for a partition the group has committed nothing for.
@@ -79,25 +79,19 @@ type Config struct {
 	QueueCapacity int `yaml:"queue_capacity"`
 }
 
-// TLSConfig enables TLS towards the brokers. Files are PEM.
-type TLSConfig struct {
-	// CAFile holds the CAs that sign the brokers' certificates; empty
-	// means the system pool.
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are the client certificate and key for mutual
-	// TLS; both or neither.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// InsecureSkipVerify accepts any broker certificate. For tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
-}
+// TLSConfig enables TLS towards the brokers; the broker's certificate
+// must name the dialled host (or tls.server_name).
+type TLSConfig = pipeline.TLSConfig
 
 // SASLConfig authenticates to the brokers.
 type SASLConfig struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
 	Mechanism string `yaml:"mechanism"`
 	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
+	// Password, or PasswordFile naming a file that holds it (a mounted
+	// secret; one trailing newline is dropped). One of them, not both.
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
 }
 
 // DefaultConfig returns the configuration ncclwatch runs with; Brokers,
@@ -153,7 +147,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("kafka.start_offset: %q is not earliest or latest", c.StartOffset))
 	}
-	errs = append(errs, c.TLS.validate("kafka.tls")...)
+	errs = append(errs, c.TLS.Validate("kafka.tls")...)
 	errs = append(errs, c.SASL.validate("kafka.sasl")...)
 	if c.MinBytes <= 0 {
 		errs = append(errs, errors.New("kafka.min_bytes: must be > 0"))
@@ -200,16 +194,6 @@ func validateBrokers(path string, brokers []string) []error {
 	return errs
 }
 
-func (c *TLSConfig) validate(path string) []error {
-	if c == nil {
-		return nil
-	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return []error{fmt.Errorf("%s.cert_file, %s.key_file: set both or neither", path, path)}
-	}
-	return nil
-}
-
 func (c *SASLConfig) validate(path string) []error {
 	if c == nil {
 		return nil
@@ -223,38 +207,10 @@ func (c *SASLConfig) validate(path string) []error {
 	if c.Username == "" {
 		errs = append(errs, fmt.Errorf("%s.username: must not be empty", path))
 	}
+	if c.Password != "" && c.PasswordFile != "" {
+		errs = append(errs, fmt.Errorf("%s.password, %s.password_file: set one, not both", path, path))
+	}
 	return errs
-}
-
-// build loads the certificate files. path names the config section in
-// errors.
-func (c *TLSConfig) build(path string) (*tls.Config, error) {
-	if c == nil {
-		return nil, nil
-	}
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: c.InsecureSkipVerify, //nolint:gosec // opt-in, documented as tests only
-	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s.ca_file: %w", path, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s.ca_file: no PEM certificate in %s", path, c.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s.cert_file: %w", path, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
 }
 
 // mechanism returns the kafka-go SASL mechanism; nil when c is nil.
@@ -262,17 +218,18 @@ func (c *SASLConfig) mechanism(path string) (sasl.Mechanism, error) {
 	if c == nil {
 		return nil, nil
 	}
-	var (
-		m   sasl.Mechanism
-		err error
-	)
+	password, err := pipeline.ReadSecret(path+".password", c.Password, c.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	var m sasl.Mechanism
 	switch c.Mechanism {
 	case MechanismPlain:
-		m = plain.Mechanism{Username: c.Username, Password: c.Password}
+		m = plain.Mechanism{Username: c.Username, Password: password}
 	case MechanismSCRAMSHA256:
-		m, err = scram.Mechanism(scram.SHA256, c.Username, c.Password)
+		m, err = scram.Mechanism(scram.SHA256, c.Username, password)
 	case MechanismSCRAMSHA512:
-		m, err = scram.Mechanism(scram.SHA512, c.Username, c.Password)
+		m, err = scram.Mechanism(scram.SHA512, c.Username, password)
 	default:
 		err = fmt.Errorf("%q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.Mechanism)
 	}
@@ -290,7 +247,7 @@ type security struct {
 }
 
 func newSecurity(path string, t *TLSConfig, s *SASLConfig) (security, error) {
-	tc, err := t.build(path + ".tls")
+	tc, err := t.Build(path + ".tls")
 	if err != nil {
 		return security{}, err
 	}

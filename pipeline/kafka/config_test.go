@@ -46,6 +46,9 @@ func TestConfigValidate(t *testing.T) {
 		{"tls half", func(c *Config) { c.TLS = &TLSConfig{CertFile: "c.pem"} }, "kafka.tls.cert_file, kafka.tls.key_file: set both or neither"},
 		{"sasl mechanism", func(c *Config) { c.SASL = &SASLConfig{Mechanism: "GSSAPI", Username: "u"} }, `kafka.sasl.mechanism: "GSSAPI" is not PLAIN`},
 		{"sasl user", func(c *Config) { c.SASL = &SASLConfig{Mechanism: MechanismPlain} }, "kafka.sasl.username: must not be empty"},
+		{"sasl password twice", func(c *Config) {
+			c.SASL = &SASLConfig{Mechanism: MechanismSCRAMSHA512, Username: "u", Password: "p", PasswordFile: "f"}
+		}, "kafka.sasl.password, kafka.sasl.password_file: set one, not both"},
 		{"min bytes", func(c *Config) { c.MinBytes = 0 }, "kafka.min_bytes: must be > 0"},
 		{"max bytes", func(c *Config) { c.MaxBytes = 0 }, "kafka.max_bytes: must be >= kafka.min_bytes"},
 		{"max wait", func(c *Config) { c.MaxWait = 0 }, "kafka.max_wait: must be > 0"},
@@ -143,7 +146,7 @@ func TestTLSConfig(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := writeCerts(t, dir)
 
-	c, err := (&TLSConfig{CAFile: ca, CertFile: cert, KeyFile: key}).build("kafka.tls")
+	c, err := (&TLSConfig{CAFile: ca, CertFile: cert, KeyFile: key}).Build("kafka.tls")
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
@@ -151,7 +154,7 @@ func TestTLSConfig(t *testing.T) {
 		t.Errorf("tls.Config = RootCAs %v, %d certificates, insecure %v, min %x; want a pool, 1, false, TLS 1.2",
 			c.RootCAs != nil, len(c.Certificates), c.InsecureSkipVerify, c.MinVersion)
 	}
-	c, err = (&TLSConfig{InsecureSkipVerify: true}).build("kafka.tls")
+	c, err = (&TLSConfig{InsecureSkipVerify: true}).Build("kafka.tls")
 	if err != nil || c.RootCAs != nil || !c.InsecureSkipVerify {
 		t.Errorf("insecure: build = %+v, %v", c, err)
 	}
@@ -168,7 +171,7 @@ func TestTLSConfig(t *testing.T) {
 		{TLSConfig{CAFile: notPEM}, "kafka.tls.ca_file: no PEM certificate"},
 		{TLSConfig{CertFile: cert, KeyFile: ca}, "kafka.tls.cert_file: "},
 	} {
-		if _, err := tc.cfg.build("kafka.tls"); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+		if _, err := tc.cfg.Build("kafka.tls"); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("build(%+v) = %v; want an error starting %q", tc.cfg, err, tc.want)
 		}
 	}

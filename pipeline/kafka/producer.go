@@ -60,7 +60,7 @@ func (c ProducerConfig) Validate() error {
 	if c.Topic == "" {
 		errs = append(errs, errors.New("kafka.producer.topic: must not be empty"))
 	}
-	errs = append(errs, c.TLS.validate("kafka.producer.tls")...)
+	errs = append(errs, c.TLS.Validate("kafka.producer.tls")...)
 	errs = append(errs, c.SASL.validate("kafka.producer.sasl")...)
 	if c.BatchSize <= 0 {
 		errs = append(errs, errors.New("kafka.producer.batch_size: must be > 0"))
@@ -181,7 +181,7 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 // brokers, TLS and SASL (other fields are ignored).
 func CreateTopicWith(ctx context.Context, cfg ProducerConfig, partitions int) error {
 	errs := validateBrokers("kafka.producer.brokers", cfg.Brokers)
-	errs = append(errs, cfg.TLS.validate("kafka.producer.tls")...)
+	errs = append(errs, cfg.TLS.Validate("kafka.producer.tls")...)
 	errs = append(errs, cfg.SASL.validate("kafka.producer.sasl")...)
 	if cfg.Topic == "" {
 		errs = append(errs, errors.New("kafka.producer.topic: must not be empty"))
@@ -299,7 +299,7 @@ func ensureTopic(ctx context.Context, cfg ProducerConfig, partitions int, create
 		return 0, false, fmt.Errorf("kafka ensure topic: partitions must be > 0, got %d", partitions)
 	}
 	errs := validateBrokers("kafka.producer.brokers", cfg.Brokers)
-	errs = append(errs, cfg.TLS.validate("kafka.producer.tls")...)
+	errs = append(errs, cfg.TLS.Validate("kafka.producer.tls")...)
 	errs = append(errs, cfg.SASL.validate("kafka.producer.sasl")...)
 	if cfg.Topic == "" {
 		errs = append(errs, errors.New("kafka.producer.topic: must not be empty"))

@@ -299,7 +299,7 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := writeCerts(t, dir)
 	tc := &TLSConfig{CAFile: ca, CertFile: cert, KeyFile: key}
-	client, err := tc.build("kafka.tls")
+	client, err := tc.Build("kafka.tls")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,279 @@
+package parsers
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// checkpointReport runs the telemetry parser and assembler over a file, as
+// `ncclwatch scan` does, and returns the checkpoint series.
+func checkpointReport(t testing.TB, path string) []pipeline.CheckpointReport {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewTelemetry(DefaultTelemetryConfig())
+	asm := pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	var tl pipeline.TelemetryLine
+	for n := int64(0); sc.Scan(); n++ {
+		if !TelemetryCandidate(sc.Bytes()) {
+			continue
+		}
+		if p.Parse(sc.Bytes(), &tl) {
+			asm.Add("job", nil, &tl, time.Time{}, pipeline.Source{Topic: filepath.Base(path), Offset: n}, nil)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return asm.Checkpoints("job")
+}
+
+// TestCheckpointGolden checks every sample of testdata/checkpoints against
+// EXPECTED.json (written before the parser ran; SOURCES.md).
+func TestCheckpointGolden(t *testing.T) {
+	raw, err := os.ReadFile("../testdata/checkpoints/EXPECTED.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string][]pipeline.CheckpointReport
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("../testdata/checkpoints/*.log")
+	if len(files) != len(want) || len(files) < 7 {
+		t.Fatalf("%d samples, %d expectations; want the same, at least 7", len(files), len(want))
+	}
+	for _, path := range files {
+		name := filepath.Base(path)
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("%s: no entry in EXPECTED.json", name)
+			continue
+		}
+		got := checkpointReport(t, path)
+		if !reflect.DeepEqual(got, w) {
+			g, _ := json.Marshal(got)
+			e, _ := json.Marshal(w)
+			t.Errorf("%s:\n got %s\nwant %s", name, g, e)
+		}
+	}
+}
+
+func ckptWant(fw string, op pipeline.CheckpointOp, ph pipeline.CheckpointPhase, step int64, dur float64, path string) pipeline.CheckpointLine {
+	l := pipeline.CheckpointLine{Framework: fw, Op: op, Phase: ph, Step: step, Duration: dur}
+	if path != "" {
+		l.Path = []byte(path)
+	}
+	return l
+}
+
+var nan = math.NaN() // "not printed" in checkpointCases
+
+// checkpointCases are real lines (from testdata/checkpoints) and lines
+// built from the trainers' format strings where no published log shows the
+// form (SOURCES.md). A nil want is a line that is not a checkpoint line.
+var checkpointCases = []struct {
+	name string
+	in   string
+	want *pipeline.CheckpointLine
+}{
+	{"megatron saving torch_dist (001)", "saving checkpoint at iteration      35 to /root/run/checkpoints in torch_dist format",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointStart, 35, nan, "/root/run/checkpoints"))},
+	{"megatron saved from (001)", "  successfully saved checkpoint from iteration      35 to /root/run/checkpoints [ t 1/4, p 1/2 ]",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointEnd, 35, nan, "/root/run/checkpoints"))},
+	{"megatron saved at (pre-2024 format string)", "  successfully saved checkpoint at iteration     100 to /lustre/ckpt",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointEnd, 100, nan, "/lustre/ckpt"))},
+	{"megatron save timer (001)", "    save-checkpoint ................................: (109332.44, 109332.57)",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, 109.33257, ""))},
+	{"megatron load timer (format string)", "    load-checkpoint ................................: (5120.10, 5123.9)",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointAmend, -1, 5.1239, ""))},
+	{"megatron loading (007)", " loading checkpoint from /nas/megatron_gpt/ at iteration 100",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointStart, 100, nan, "/nas/megatron_gpt/"))},
+	{"megatron loaded (format string)", " successfully loaded checkpoint from /lustre/ckpt [ t 1/4, p 1/2 ] at iteration 200",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointEnd, 200, nan, "/lustre/ckpt"))},
+	{"deepspeed about to be saved (002)", "[2023-07-24 13:21:33,261] [INFO] [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step10 is about to be saved!",
+		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointStart, 10, nan, ""))},
+	{"deepspeed ready (002)", "[2023-07-24 13:21:33,440] [INFO] [torch_checkpoint_engine.py:33:commit] [Torch] Checkpoint global_step10 is ready now!",
+		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointEnd, 10, nan, ""))},
+	{"deepspeed model file (002)", "[2023-07-24 13:21:33,263] [INFO] [logging.py:96:log_dist] [Rank 0] Saving model checkpoint: experiments/x/global_step10/mp_rank_00_model_states.pt",
+		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, nan, "experiments/x/global_step10/mp_rank_00_model_states.pt"))},
+	{"hf saving (004)", "0: [INFO|trainer.py:3478] 2025-05-02 22:51:04,774 >> Saving model checkpoint to /fsx/ubuntu/esm-slurm/out-fsdp/checkpoint-1136",
+		ptrLine(ckptWant(pipeline.FrameworkHF, pipeline.CheckpointSave, pipeline.CheckpointSingle, 1136, nan, "/fsx/ubuntu/esm-slurm/out-fsdp/checkpoint-1136"))},
+	{"hf final save has no step", "Saving model checkpoint to ./models/robertua-v1",
+		ptrLine(ckptWant(pipeline.FrameworkHF, pipeline.CheckpointSave, pipeline.CheckpointSingle, -1, nan, "./models/robertua-v1"))},
+	{"titan saving (003)", "[rank0]:[titan] 2025-06-25 13:20:46,458 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointStart, -1, nan, ""))},
+	{"titan finished glued in (003)", "[rank0]:[titan] 2025-06-25 13:20:46,479 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 0.02 seconds.",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointEnd, -1, 0.02, ""))},
+	{"titan async id (003)", "[rank0]:[0] 2025-06-25 13:20:48,131 - root - INFO - Received async checkpoint request with id=./outputs/checkpoint/step-800",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointAmend, 800, nan, "./outputs/checkpoint/step-800"))},
+	{"titan last step (format string)", "[rank0]:[titan] 2024-10-01 10:00:00,000 - root - INFO - Saving a full checkpoint at last step, step 1000.",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointStart, 1000, nan, ""))},
+	{"titan loading from (format string)", "[rank0]:[titan] 2024-10-01 10:00:00,000 - root - INFO - Loading the checkpoint from ./outputs/checkpoint/step-10.",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointLoad, pipeline.CheckpointStart, 10, nan, "./outputs/checkpoint/step-10"))},
+	{"titan loaded (format string)", "[rank0]:[titan] 2024-10-01 10:00:13,600 - root - INFO - Finished loading the checkpoint in 13.60 seconds.",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointLoad, pipeline.CheckpointEnd, -1, 13.6, ""))},
+	{"lightning save (005)", "# 2023-10-06 22:43:35.984 [1696631879753337/train_test/3 (pid 22782)] Epoch 9, global step 16000: 'dev_loss' reached 0.28007 (best 0.28007), saving model to '/w/log/epoch=9-step=16000-v1.ckpt' as top 1",
+		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointSave, pipeline.CheckpointSingle, 16000, nan, "/w/log/epoch=9-step=16000-v1.ckpt"))},
+	{"lightning restoring (006)", "Restoring states from the checkpoint path at /mnt/nfs/x/.scale_batch_size_ecc0.ckpt",
+		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointLoad, pipeline.CheckpointStart, -1, nan, "/mnt/nfs/x/.scale_batch_size_ecc0.ckpt"))},
+	{"lightning loaded weights (005)", "Loaded model weights from checkpoint at /w/lightning_logs/version_2/checkpoints/epoch=9-step=16670.ckpt",
+		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointLoad, pipeline.CheckpointEnd, 16670, nan, "/w/lightning_logs/version_2/checkpoints/epoch=9-step=16670.ckpt"))},
+	{"lightning not in top k is no save", "Epoch 0, global step 100: 'val_loss' was not in top 1", nil},
+	{"activation checkpointing is no checkpoint", "[rank0]:[titan] 2025-06-15 21:31:49,084 - root - INFO - Applied full activation checkpointing to the model", nil},
+	{"titan checkpointing banner", "[rank0]:[titan] 2025-06-15 21:31:49,535 - root - INFO - Checkpointing active. Checkpoints will be loaded from and saved to ./outputs/checkpoint", nil},
+	{"a script's own print", "[PPOTrainer] Saving checkpoint at iteration 10", nil},
+	{"deepspeed per-file load", "[Torch] Loading checkpoint from /x/zero_pp_rank_0_mp_rank_00_optim_states.pt...", nil},
+	{"megatron iteration line", " iteration       10/  100000 | elapsed time per iteration (ms): 1011.7 |", nil},
+}
+
+func ptrLine(l pipeline.CheckpointLine) *pipeline.CheckpointLine { return &l }
+
+func sameCheckpointLine(a, b *pipeline.CheckpointLine) bool {
+	sameF := a.Duration == b.Duration || math.IsNaN(a.Duration) && math.IsNaN(b.Duration)
+	return a.Framework == b.Framework && a.Op == b.Op && a.Phase == b.Phase && a.Step == b.Step && sameF &&
+		bytes.Equal(a.Path, b.Path)
+}
+
+func TestParseCheckpoint(t *testing.T) {
+	p := NewTelemetry(DefaultTelemetryConfig())
+	var tl pipeline.TelemetryLine
+	for _, tc := range checkpointCases {
+		// Twice with the same parser: no state may leak between lines.
+		for range 2 {
+			ok := p.Parse([]byte(tc.in), &tl) && tl.Kind == pipeline.TelemetryCheckpoint
+			switch {
+			case tc.want == nil && ok:
+				t.Errorf("%s: Parse(%q) = %+v; want no checkpoint line", tc.name, tc.in, tl.Checkpoint)
+			case tc.want != nil && !ok:
+				t.Errorf("%s: Parse(%q) = not a checkpoint line; want %+v", tc.name, tc.in, *tc.want)
+			case tc.want != nil && !sameCheckpointLine(&tl.Checkpoint, tc.want):
+				t.Errorf("%s: Parse(%q) = %+v path %q; want %+v path %q", tc.name, tc.in, tl.Checkpoint,
+					tl.Checkpoint.Path, *tc.want, tc.want.Path)
+			}
+		}
+		if tc.want != nil && !TelemetryCandidate([]byte(tc.in)) {
+			t.Errorf("%s: TelemetryCandidate(%q) = false", tc.name, tc.in)
+		}
+	}
+}
+
+// TestCheckpointRanks: every rank printing the same save is one event (the
+// first rank seen speaks for the job), and rows of one event share the
+// first line's coordinates with a growing version.
+func TestCheckpointRanks(t *testing.T) {
+	p := NewTelemetry(DefaultTelemetryConfig())
+	asm := pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+	lines := []string{
+		"[rank0]:[titan] 2025-06-25 13:20:46,458 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
+		"[rank1]:[titan] 2025-06-25 13:20:46,458 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
+		"[rank1]:[titan] 2025-06-25 13:20:46,479 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 0.03 seconds.",
+		"[rank0]:[titan] 2025-06-25 13:20:46,479 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 0.02 seconds.",
+	}
+	var b pipeline.Batch
+	var tl pipeline.TelemetryLine
+	for i, l := range lines {
+		if !p.Parse([]byte(l), &tl) {
+			t.Fatalf("Parse(%q) = false", l)
+		}
+		asm.Add("job", &pipeline.Meta{Job: "j"}, &tl, time.Unix(int64(i), 0), pipeline.Source{Topic: "t", Offset: int64(i)}, &b)
+	}
+	r := asm.Checkpoints("job")
+	if len(r) != 1 || r[0].Saves != 1 || !slices.Equal(r[0].SaveDurations, []float64{0.02}) {
+		t.Fatalf("Checkpoints = %+v; want one save of 0.02 s", r)
+	}
+	if len(b.Checkpoints) != 2 || b.Checkpoints[0].Source != b.Checkpoints[1].Source ||
+		b.Checkpoints[1].Lines != 2 || !b.Checkpoints[1].Complete || b.Checkpoints[1].Duration != 0.02 {
+		t.Fatalf("rows = %+v; want the event twice, under offset 0, the second complete with 2 lines", b.Checkpoints)
+	}
+}
+
+func FuzzParseCheckpoint(f *testing.F) {
+	for _, tc := range checkpointCases {
+		f.Add([]byte(tc.in))
+	}
+	files, _ := filepath.Glob("../testdata/checkpoints/*.log")
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for l := range strings.SplitSeq(string(data), "\n") {
+			f.Add([]byte(l))
+		}
+	}
+	var c Checkpoint
+	var cl pipeline.CheckpointLine
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if len(line) > 2*maxTelemetryLine {
+			return
+		}
+		if !c.Parse(line, &cl) {
+			if cl.Op != 0 || cl.Phase != 0 || cl.Path != nil {
+				t.Fatalf("Parse(%q) = false with %+v left set", line, cl)
+			}
+			return
+		}
+		// Properties: a checkpoint line names a known operation and phase;
+		// its path is a piece of the line; figures are real and not
+		// negative; a prefilter that missed it would lose it.
+		if cl.Framework == "" || cl.Op < pipeline.CheckpointSave || cl.Op > pipeline.CheckpointLoad ||
+			cl.Phase < pipeline.CheckpointStart || cl.Phase > pipeline.CheckpointAmend {
+			t.Fatalf("Parse(%q) = %+v: unknown framework, op or phase", line, cl)
+		}
+		if cl.Path != nil && (!bytes.Contains(line, cl.Path) || len(cl.Path) > maxCheckpointPath) {
+			t.Fatalf("Parse(%q): path %q is not a piece of the line", line, cl.Path)
+		}
+		if cl.Step < -1 || !math.IsNaN(cl.Duration) && (cl.Duration < 0 || math.IsInf(cl.Duration, 0)) {
+			t.Fatalf("Parse(%q) = %+v: bad step or duration", line, cl)
+		}
+		if !TelemetryCandidate(line) {
+			t.Fatalf("Parse(%q) accepted a line the prefilter rejects", line)
+		}
+	})
+}
+
+// BenchmarkParseCheckpoint parses the table's lines, and a Megatron
+// iteration line that is no checkpoint line (the common case: rejected
+// after two substring searches).
+func BenchmarkParseCheckpoint(b *testing.B) {
+	var lines [][]byte
+	size := 0
+	for _, tc := range checkpointCases {
+		lines = append(lines, []byte(tc.in))
+		size += len(tc.in)
+	}
+	var c Checkpoint
+	var cl pipeline.CheckpointLine
+	b.Run("table", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, l := range lines {
+				c.Parse(l, &cl)
+			}
+		}
+	})
+	miss := []byte(" iteration       10/  100000 | consumed samples:         5120 | elapsed time per iteration (ms): 1011.7 | learning rate: 1.500E-04 | global batch size:   512 | lm loss: 2.399630E+00 |")
+	b.Run("miss", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(miss)))
+		for b.Loop() {
+			c.Parse(miss, &cl)
+		}
+	})
+}
