@@ -270,9 +270,9 @@ var censusCases = map[string]censusCase{
 	"bootstrap":        censusBootstrap,
 	"noverbs":          censusNoVerbs,
 	"plugin_loaded":    censusPluginLoaded,
-	"plugin_nondevice": only(pipeline.EventOther),
+	"plugin_nondevice": censusSelected,
 	"plugin_not_net":   only(pipeline.EventOther),
-	"plugin_assigned":  only(pipeline.EventOther),
+	"plugin_assigned":  censusAssigned,
 	"plugin_failed":    censusPluginFailed,
 	"plugin_absent":    only(pipeline.EventOther),
 	"plugin_probe":     only(pipeline.EventOther),
@@ -292,6 +292,19 @@ var censusCases = map[string]censusCase{
 	"gdr_plugin_off":   only(pipeline.EventOther),
 	"channel_counts":   censusChannelCounts,
 	"net_trace":        censusNetTrace,
+}
+
+// censusSelected: "Using non-device net plugin version N" (2.19–2.26) names
+// no net, but says the one that loaded last is selected.
+func censusSelected(t *testing.T, f censusFormat) []censusVariant {
+	return []censusVariant{{name: "default", want: all(kind(pipeline.EventPluginLoaded),
+		flag(pipeline.FlagAssigned, true), field("Name", name, ""))}}
+}
+
+// censusAssigned: "Assigned NET plugin X to comm" (2.27+).
+func censusAssigned(t *testing.T, f censusFormat) []censusVariant {
+	return []censusVariant{{name: "ib", val: strs("IB"), want: all(kind(pipeline.EventPluginLoaded),
+		flag(pipeline.FlagAssigned, true), field("Name", name, "IB"))}}
 }
 
 func wantKind(k pipeline.EventKind) func(*testing.T, *pipeline.Event) {

@@ -161,6 +161,18 @@ func parseHostPidTid(b []byte, ev *pipeline.Event) {
 	}
 	// An empty hostname prints as "::pid:tid" (corpus 065).
 	ev.Host, ev.PID, ev.TID = bytes.TrimLeft(tok[:c1], ":"), tok[c1+1:c2], tok[c2+1:]
+	if i := bytes.LastIndexAny(ev.Host, ":]"); i >= 0 {
+		// A launcher tag glued to the host: Ray's
+		// "[nccl-e9ef-7d4f-0:2]:nccl-e9ef-7d4f-0:11171:11240" (corpus 254).
+		// Hostnames hold neither ':' nor ']'.
+		ev.Host = ev.Host[i+1:]
+	}
+	if c1 == 0 && start > 0 {
+		// A redaction that left a space before the colon: "NAME :70918:70928"
+		// beside "NAME:70918:70927" (corpus 253) is host NAME.
+		prev := trimRightSpace(b[:start])
+		ev.Host = prev[bytes.LastIndexByte(prev, ' ')+1:]
+	}
 }
 
 // parseMessage dispatches on the message text after "NCCL INFO ".
@@ -215,6 +227,12 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 		case hasPrefix(msg, "Using network "):
 			ev.Kind = pipeline.EventNetwork
 			ev.Name = trimSpace(msg[len("Using network "):])
+			return
+		case hasPrefix(msg, "Using non-device net plugin") || hasPrefix(msg, "Using NCCL_NET_DEVICE_UNPACK net plugin"):
+			// 2.19–2.26 print it for the net just selected, without its
+			// name: the plugin that loaded before it is in use.
+			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagAssigned
 			return
 		case hasPrefix(msg, "Using internal Network "), hasPrefix(msg, "Using external Network "):
 			// 2.2/2.3 wording (corpus 101, 102); "external" is a net plugin.
@@ -337,8 +355,23 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 			parseKV(msg, ev)
 			return
 		case hasPrefix(msg, "Initialized NET plugin "):
+			// 2.27+: the last one a process prints is the one assigned
+			// (corpus 069).
 			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagInitOK
 			ev.Name = trimSpace(msg[len("Initialized NET plugin "):])
+			return
+		}
+	case 'A':
+		if hasPrefix(msg, "Assigned NET plugin ") {
+			// 2.27+ "Assigned NET plugin IB to comm" (corpus 069).
+			ev.Kind = pipeline.EventPluginLoaded
+			ev.Flags |= pipeline.FlagAssigned
+			n := msg[len("Assigned NET plugin "):]
+			if i := bytes.LastIndex(n, []byte(" to comm")); i >= 0 {
+				n = n[:i]
+			}
+			ev.Name = trimSpace(n)
 			return
 		}
 	case 'F':
@@ -491,15 +524,20 @@ func parseNetOther(rest []byte, ev *pipeline.Event) bool {
 		return true
 	case hasPrefix(body, "Initializing") || hasPrefix(body, "plugin initialized") || bytes.Contains(body, []byte("Initializing network ")),
 		bytes.Equal(name, []byte("OFI")) && (hasPrefix(body, "Selected Provider is ") || hasPrefix(body, "Selected provider is ") || hasPrefix(body, "Using aws-ofi-nccl")):
-		// aws-ofi-nccl also says it initialized with "Selected Provider is
+		// aws-ofi-nccl also says it loaded with "Selected Provider is
 		// efa" (v0.9–v1.13), "Selected provider is efa, fabric is efa"
-		// (v1.14+) and "Using aws-ofi-nccl 1.6.0" (v1.1.4–v1.7.0).
+		// (v1.14+) and "Using aws-ofi-nccl 1.6.0" (v1.1.4–v1.7.0). Only
+		// "plugin initialized" says init completed; the others load a
+		// plugin that may still be rejected (corpus 247, 250).
 		// NET/gIB : Initializing gIB v1.0.6 ; NET/FastSocket plugin initialized ;
 		// NET/FasTrak <ts>: Initializing network FasTrak (corpus 047, 034, 052).
 		// The name is kept as printed ("OFI" for aws-ofi-nccl, which the
 		// assembler maps to "AWS Libfabric"); a constant here would allocate
 		// and would not alias the line.
 		ev.Kind = pipeline.EventPluginLoaded
+		if hasPrefix(body, "plugin initialized") {
+			ev.Flags |= pipeline.FlagInitOK
+		}
 		ev.Name = name
 		return true
 	}

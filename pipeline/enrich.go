@@ -82,13 +82,16 @@ type NodeFacts struct {
 	RDMACapable *bool  `yaml:"rdma_capable"`
 	HCAs        int    `yaml:"hcas"`
 	GDRExpected *bool  `yaml:"gdr_expected"`
+	// GDREveryGPU says every GPU of the node sits near a NIC, so partial
+	// receive-side GDR there is degraded, not only a reason.
+	GDREveryGPU *bool `yaml:"gdr_every_gpu"`
 }
 
 // Inventory holds node facts loaded from a YAML or CSV file and reloads the
 // file when it changes. It is safe for concurrent use.
 //
 // YAML: a list of NodeFacts, or {nodes: [...]}. CSV: a header row naming
-// the columns node,pool,zone,rack,rdma_capable,hcas,gdr_expected (any
+// the columns node,pool,zone,rack,rdma_capable,hcas,gdr_expected,gdr_every_gpu (any
 // order; missing columns are unknown).
 type Inventory struct {
 	path  string
@@ -241,6 +244,13 @@ func parseInventoryCSV(b []byte) ([]NodeFacts, error) {
 			}
 			n.GDRExpected = &bv
 		}
+		if v := get("gdr_every_gpu"); v != "" {
+			bv, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: gdr_every_gpu: %w", line, err)
+			}
+			n.GDREveryGPU = &bv
+		}
 		if v := get("hcas"); v != "" {
 			if n.HCAs, err = strconv.Atoi(v); err != nil {
 				return nil, fmt.Errorf("line %d: hcas: %w", line, err)
@@ -274,6 +284,10 @@ func (inv *Inventory) Expect(nodes []string, def Expectation) Expectation {
 		if f.GDRExpected != nil {
 			g := *f.GDRExpected
 			e.GDR = &g
+		}
+		if f.GDREveryGPU != nil {
+			// Every node of the job must promise it.
+			e.GDREveryGPU = *f.GDREveryGPU && (!seen || e.GDREveryGPU)
 		}
 		if f.HCAs > 0 && (e.HCAs == 0 || f.HCAs < e.HCAs) {
 			e.HCAs = f.HCAs

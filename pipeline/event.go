@@ -70,6 +70,8 @@ const (
 	FlagMNNVL                        // comm line MNNVL 1
 	FlagWarnLevel                    // the line is a WARN
 	FlagHCA                          // GDR line names an HCA (per-HCA capability)
+	FlagInitOK                       // plugin_loaded: it initialized (Initialized NET plugin X, NET/X plugin initialized, NET/OFI Selected Provider)
+	FlagAssigned                     // plugin_loaded: Assigned NET plugin X to comm (2.27+)
 )
 
 // Transport of a connection line.

@@ -34,7 +34,7 @@ type ProcessorStats struct {
 // one path every front end (scan, run, demo) takes from a line to a
 // summary. It is not safe for concurrent use.
 type Processor struct {
-	asm   *Assembler
+	asm   NCCLAssembler
 	cls   Classifier
 	job   JobFunc
 	tap   Tap
@@ -44,7 +44,7 @@ type Processor struct {
 
 // NewProcessor returns a processor feeding asm. job may be nil: every record
 // then belongs to the job named "".
-func NewProcessor(asm *Assembler, cls Classifier, job JobFunc) *Processor {
+func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc) *Processor {
 	return &Processor{asm: asm, cls: cls, job: job}
 }
 
@@ -52,7 +52,7 @@ func NewProcessor(asm *Assembler, cls Classifier, job JobFunc) *Processor {
 func (p *Processor) SetTap(fn Tap) { p.tap = fn }
 
 // Assembler returns the assembler the processor feeds.
-func (p *Processor) Assembler() *Assembler { return p.asm }
+func (p *Processor) Assembler() NCCLAssembler { return p.asm }
 
 // Record classifies one decoded record.
 func (p *Processor) Record(rec *Record) {

@@ -151,6 +151,12 @@ type RunnerDeps struct {
 	Metrics    *Metrics
 	Logger     zerolog.Logger
 	Tracer     trace.Tracer
+
+	// NewAssembler builds the communicator/job assembler
+	// (assemble.Factory); required. The runner calls it at start and when
+	// it drops its state.
+	NewAssembler func(AssemblerConfig) NCCLAssembler
+
 	// OnFlush, if set, sees every stored job summary (the demo prints
 	// them; the rules engine evaluates them).
 	OnFlush func(jobs []JobSummary)
@@ -199,7 +205,7 @@ type Runner struct {
 	log  zerolog.Logger
 
 	mu       sync.Mutex
-	asm      *Assembler
+	asm      NCCLAssembler
 	proc     *Processor
 	batch    Batch
 	dirty    map[string]bool
@@ -247,7 +253,7 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 
 // reset drops all assembled state.
 func (r *Runner) reset() {
-	r.asm = NewAssembler(r.cfg.Assembler)
+	r.asm = r.deps.NewAssembler(r.cfg.Assembler)
 	r.proc = NewProcessor(r.asm, r.deps.Classifier, func(rec *Record) string {
 		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
 // recordingSink stores copies of the batches it accepts; it fails the
@@ -158,7 +159,7 @@ func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerC
 		now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), offset: map[int32]int64{}}
 	h.m = pipeline.NewMetrics(h.reg)
 	dcfg := parsers.DefaultDecoderConfig()
-	h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{
+	h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
 		Sink: sink, Committer: h.commit, Loader: sink, Metrics: h.m, Logger: zerolog.Nop(),
 		Now: func() time.Time { return h.now },
@@ -236,10 +237,13 @@ func TestRunnerMatchesDirectAssembly(t *testing.T) {
 		}
 		got, _ := sink.latestJob("job")
 
-		asm := pipeline.NewAssembler(pipeline.DefaultAssemblerConfig())
+		asm := assemble.New(pipeline.DefaultAssemblerConfig())
 		proc := pipeline.NewProcessor(asm, &parsers.Lines{}, nil)
+		// The same envelope metadata as the stream: the Kubernetes node
+		// decides node identity (CLASSIFICATION.md, multi_node).
+		meta := &pipeline.Meta{Job: "job", Namespace: "ml", Pod: "job-worker-0", Node: "node-job"}
 		for _, l := range corpusLines(t, name) {
-			proc.Record(&pipeline.Record{Text: []byte(l)})
+			proc.Record(&pipeline.Record{Text: []byte(l), Meta: meta})
 		}
 		_, want, _ := asm.Summaries("")
 		if show(got.Network) != show(want.Network) || show(got.GDR) != show(want.GDR) || show(got.MultiNode) != show(want.MultiNode) ||
@@ -449,7 +453,7 @@ func TestRunnerStoresTelemetry(t *testing.T) {
 	})
 	cfg := pipeline.DefaultRunnerConfig()
 	dcfg := parsers.DefaultDecoderConfig()
-	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{
+	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
 		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: counting, Logger: zerolog.Nop(),

@@ -63,6 +63,20 @@ type Expectation struct {
 	GDR *bool `json:"gdr,omitempty" yaml:"gdr"`
 	// HCAs is the number of HCAs a node of the pool provides; 0 = unknown.
 	HCAs int `json:"hcas,omitempty" yaml:"hcas"`
+	// GDREveryGPU says the nodes should have GDR on every GPU (each GPU
+	// near a NIC): partial receive-side GDR is then degraded, not just a
+	// reason.
+	GDREveryGPU bool `json:"gdr_every_gpu,omitempty" yaml:"gdr_every_gpu"`
+}
+
+// Evidence is one fact a summary field was decided from: the field, the
+// evidence kind (pipeline/CLASSIFICATION.md names them all) and what it
+// showed. Every decided field has at least one entry; policy decisions
+// (fallback, verdict) name the policy as their evidence.
+type Evidence struct {
+	Field  string `json:"field"`
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
 }
 
 // CommSummary is what ncclwatch knows about one communicator (or, for logs
@@ -80,6 +94,9 @@ type CommSummary struct {
 	HCAs         []HCA             `json:"hcas"`
 	OOBIface     *string           `json:"oob_iface"`
 	GDR          *bool             `json:"gdr"`
+	GDRSend      *bool             `json:"gdr_send"`
+	GDRRecv      *bool             `json:"gdr_recv"`
+	GDRPartial   *bool             `json:"gdr_partial"`
 	MultiNode    *bool             `json:"multi_node"`
 	NRanks       *int              `json:"nranks"`
 	NNodes       *int              `json:"nnodes"`
@@ -102,6 +119,7 @@ type CommSummary struct {
 	Expect       Expectation       `json:"expect"`
 	Verdict      Verdict           `json:"verdict"`
 	Reasons      []string          `json:"reasons"`
+	Evidence     []Evidence        `json:"evidence"`
 	FirstSeen    time.Time         `json:"first_seen"`
 	LastSeen     time.Time         `json:"last_seen"`
 	// Version orders the states of one summary: the number of NCCL events
@@ -114,25 +132,29 @@ type CommSummary struct {
 // JobSummary rolls up a job's communicators. Its JSON form is the
 // `summary` object of `ncclwatch scan --json`, a documented contract.
 type JobSummary struct {
-	Job          string    `json:"job,omitempty"`
-	Namespace    string    `json:"namespace,omitempty"`
-	Cluster      string    `json:"cluster,omitempty"`
-	NCCLVersion  *string   `json:"nccl_version"`
-	VersionSkew  bool      `json:"version_skew"`
-	Network      *string   `json:"network"`
-	NetworkClass *string   `json:"network_class"`
-	Fabric       *string   `json:"fabric"`
-	GDR          *bool     `json:"gdr"`
-	MultiNode    *bool     `json:"multi_node"`
-	NNodes       *int      `json:"nnodes"`
-	NRanks       *int      `json:"nranks"`
-	Intra        []string  `json:"intra"`
-	Fallback     *bool     `json:"fallback"`
-	Warns        int       `json:"warns"`
-	Verdict      Verdict   `json:"verdict"`
-	Reasons      []string  `json:"reasons"`
-	NCCLLines    int64     `json:"nccl_lines"`
-	FirstSeen    time.Time `json:"first_seen"`
-	LastSeen     time.Time `json:"last_seen"`
-	Version      uint64    `json:"version"` // as CommSummary.Version
+	Job          string     `json:"job,omitempty"`
+	Namespace    string     `json:"namespace,omitempty"`
+	Cluster      string     `json:"cluster,omitempty"`
+	NCCLVersion  *string    `json:"nccl_version"`
+	VersionSkew  bool       `json:"version_skew"`
+	Network      *string    `json:"network"`
+	NetworkClass *string    `json:"network_class"`
+	Fabric       *string    `json:"fabric"`
+	GDR          *bool      `json:"gdr"`
+	GDRSend      *bool      `json:"gdr_send"`
+	GDRRecv      *bool      `json:"gdr_recv"`
+	GDRPartial   *bool      `json:"gdr_partial"`
+	MultiNode    *bool      `json:"multi_node"`
+	NNodes       *int       `json:"nnodes"`
+	NRanks       *int       `json:"nranks"`
+	Intra        []string   `json:"intra"`
+	Fallback     *bool      `json:"fallback"`
+	Warns        int        `json:"warns"`
+	Verdict      Verdict    `json:"verdict"`
+	Reasons      []string   `json:"reasons"`
+	Evidence     []Evidence `json:"evidence"`
+	NCCLLines    int64      `json:"nccl_lines"`
+	FirstSeen    time.Time  `json:"first_seen"`
+	LastSeen     time.Time  `json:"last_seen"`
+	Version      uint64     `json:"version"` // as CommSummary.Version
 }

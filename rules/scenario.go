@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
 // A scenario file tests rules the way `promtool test rules` does: inputs
@@ -213,7 +214,7 @@ type scenario struct {
 	deps            ScenarioDeps
 
 	eng   *Engine
-	asm   *pipeline.Assembler
+	asm   *assemble.Assembler
 	proc  *pipeline.Processor
 	dec   pipeline.Decoder
 	meta  map[string]*pipeline.Meta
@@ -428,9 +429,9 @@ func (sc *scenario) nodeList(key string) []string {
 	return []string{}
 }
 
-func (sc *scenario) assembler() *pipeline.Assembler {
+func (sc *scenario) assembler() *assemble.Assembler {
 	if sc.asm == nil {
-		sc.asm = pipeline.NewAssembler(pipeline.DefaultAssemblerConfig())
+		sc.asm = assemble.New(pipeline.DefaultAssemblerConfig())
 	}
 	return sc.asm
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/ncclwatch/ncclwatch/internal/loadtest"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
@@ -1127,7 +1128,7 @@ func TestIntegrationRestartAfterPartialBatch(t *testing.T) {
 		t.Helper()
 		cfg := e.config(t).Pipeline
 		dcfg := parsers.DefaultDecoderConfig()
-		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
+		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory, Decoder: parsers.NewDecoder(dcfg), Classifier: &parsers.Lines{},
 			Candidate: parsers.Candidate, Sink: sink, Loader: e.ch})
 		if err := r.Assigned(ctx, []pipeline.Partition{{Topic: e.topic, Partition: 0}}); err != nil {
 			t.Fatalf("Assigned: %v", err)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 	"github.com/ncclwatch/ncclwatch/rules"
 	"github.com/ncclwatch/ncclwatch/sinks"
@@ -252,7 +253,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	if err != nil {
 		return err
 	}
-	deps := pipeline.RunnerDeps{
+	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		Decoder: parsers.NewDecoder(dcfg), Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
 		Telemetry: telemetry,
 		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/rules"
 )
 
@@ -68,7 +69,7 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	cfg.Expect = expect
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = maxLine
-	asm := pipeline.NewAssembler(cfg)
+	asm := assemble.New(cfg)
 	s := &scanner{dec: parsers.NewDecoder(dcfg), lines: &parsers.Lines{}, max: maxLine}
 	s.proc = pipeline.NewProcessor(asm, s.lines, func(*pipeline.Record) string { return scanJob })
 	return s

@@ -1,4 +1,4 @@
-package pipeline
+package assemble
 
 import (
 	"bytes"
@@ -8,81 +8,44 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
-
-// AssemblerConfig bounds the assembler's memory and sets the default fleet
-// policy.
-type AssemblerConfig struct {
-	// MaxJobs caps the jobs held at once; the least recently seen job is
-	// evicted first. 10 000 covers a large cluster's concurrent jobs.
-	MaxJobs int `yaml:"max_jobs"`
-	// MaxProcsPerJob caps the processes tracked per job; beyond it new
-	// processes are counted but not tracked. 65 536 is more ranks than any
-	// public NCCL job has run with.
-	MaxProcsPerJob int `yaml:"max_procs_per_job"`
-	// MaxWarnings caps the WARN messages kept per process (all are counted);
-	// the first few say what went wrong, the rest repeat it.
-	MaxWarnings int `yaml:"max_warnings"`
-	// Expect is the policy for communicators whose job or node has no
-	// policy of its own.
-	Expect Expectation `yaml:"expect"`
-}
-
-// DefaultAssemblerConfig returns the defaults documented on each field.
-func DefaultAssemblerConfig() AssemblerConfig {
-	return AssemblerConfig{MaxJobs: 10000, MaxProcsPerJob: 65536, MaxWarnings: 8}
-}
-
-// Validate checks the configuration once at start.
-func (c AssemblerConfig) Validate() error {
-	var errs []error
-	if c.MaxJobs <= 0 {
-		errs = append(errs, errors.New("assembler.max_jobs: must be > 0"))
-	}
-	if c.MaxProcsPerJob <= 0 {
-		errs = append(errs, errors.New("assembler.max_procs_per_job: must be > 0"))
-	}
-	if c.MaxWarnings < 0 {
-		errs = append(errs, errors.New("assembler.max_warnings: must be >= 0"))
-	}
-	switch c.Expect.Network {
-	case "", ClassRDMA, ClassTCP, ClassTCPX:
-	default:
-		errs = append(errs, fmt.Errorf("assembler.expect.network: %q is not rdma, tcp or tcpx", c.Expect.Network))
-	}
-	return errors.Join(errs...)
-}
 
 // Assembler groups NCCL events by job, process and communicator and reports
 // summaries at any point. It is fed one event at a time; its memory is
 // bounded by the number of live jobs, processes and communicators, not by the
 // length of the input. It is not safe for concurrent use.
 type Assembler struct {
-	cfg  AssemblerConfig
+	cfg  pipeline.AssemblerConfig
 	jobs map[string]*jobState
 	key  []byte // reused process-key buffer
 }
 
-// NewAssembler returns an assembler; cfg must be valid.
-func NewAssembler(cfg AssemblerConfig) *Assembler {
+// Factory is New as pipeline.RunnerDeps.NewAssembler takes it.
+func Factory(cfg pipeline.AssemblerConfig) pipeline.NCCLAssembler { return New(cfg) }
+
+// New returns an assembler; cfg must be valid.
+func New(cfg pipeline.AssemblerConfig) *Assembler {
 	return &Assembler{cfg: cfg, jobs: make(map[string]*jobState)}
 }
 
 // jobState is everything known about one job.
 type jobState struct {
 	name        string
-	meta        Meta
+	meta        pipeline.Meta
 	procs       map[string]*proc
 	order       []*proc // insertion order, for stable output
 	comms       map[string]*comm
 	commOrder   []*comm
 	versions    []string
 	ringMembers []int
+	test        testList // the nccl-tests device table
 	extraIPs    []string // launcher IPs from lines with no NCCL process
 	nodes       []string // Kubernetes nodes (envelope metadata) the job's records came from
 	lines       int64
 	dropped     int64 // processes beyond MaxProcsPerJob
-	expect      *Expectation
+	expect      *pipeline.Expectation
 	first, last time.Time
 }
 
@@ -94,7 +57,7 @@ type proc struct {
 	loopback       bool
 	usingNet       string
 	netChan        []string
-	hcas           []HCA
+	hcas           []pipeline.HCA
 	oobIface       string
 	ibDevices      bool
 	socketName     string
@@ -103,7 +66,14 @@ type proc struct {
 	sideband       bool
 	pluginFailed   bool
 	plugin         string
-	gdrPos, gdrNeg bool
+	assigned       string    // Assigned NET plugin X to comm (2.27+)
+	netCands       []netCand // plugins and device lists that initialized, in line order, cancellations removed
+	ibEmpty        bool      // NET/IB : Using [RO]; OOB … (no device)
+	failedPlugins  []string  // Failed to initialize NET plugin X
+	loadedPlugin   string    // P2P plugin IBext / Loaded net plugin X (not proof of use)
+	k8sNode        string    // Kubernetes node of the record (envelope metadata)
+	launcherHost   string    // host label of a launcher prefix (pdsh, mpirun)
+	gdr            gdrFacts
 	intra          uint16
 	nvls, collnet  bool
 	netConn        bool
@@ -124,6 +94,34 @@ type proc struct {
 	initComplete   bool
 	devs           uint64 // devices seen in line prefixes ([dev], bits 0–63)
 	first, last    time.Time
+}
+
+// netCand is a network a process showed it initialized, by the evidence
+// kind that showed it.
+type netCand struct{ name, kind string }
+
+// gdrFacts counts the GDR evidence of a process (CLASSIFICATION.md, gdr).
+type gdrFacts struct {
+	conn, connPlain         int // NET connection lines with and without /GDRDMA
+	send, sendPlain         int // [send] NET connections with and without /GDRDMA
+	recv, recvPlain         int // [receive] NET connections with and without /GDRDMA
+	collnet                 int // COLLNET connections or CollNet lines with /GDRDMA
+	flag1, flag0            int // Connected all rings … GDR 1 / GDR 0
+	capEnabled, capDisabled int // GPU Direct RDMA Enabled|Disabled for HCA|GPU
+}
+
+func (g *gdrFacts) add(o gdrFacts) {
+	g.conn += o.conn
+	g.connPlain += o.connPlain
+	g.send += o.send
+	g.sendPlain += o.sendPlain
+	g.recv += o.recv
+	g.recvPlain += o.recvPlain
+	g.collnet += o.collnet
+	g.flag1 += o.flag1
+	g.flag0 += o.flag0
+	g.capEnabled += o.capEnabled
+	g.capDisabled += o.capDisabled
 }
 
 type rankRef struct {
@@ -147,20 +145,23 @@ const (
 
 // Add feeds one NCCL event of job, seen at t (zero when unknown). meta may be
 // nil; the first non-nil meta of a job is kept for enrichment.
-func (a *Assembler) Add(job string, meta *Meta, ev *Event, t time.Time) {
+func (a *Assembler) Add(job string, meta *pipeline.Meta, ev *pipeline.Event, t time.Time) {
 	j := a.job(job, meta, t)
 	j.lines++
-	if ev.Kind == EventVersion && len(ev.Host) == 0 && ev.PID == nil {
+	if ev.Kind == pipeline.EventVersion && len(ev.Host) == 0 && ev.PID == nil {
 		// Un-prefixed banner: the job learns the version, no process does.
 		j.addVersion(string(ev.Name))
 		return
 	}
 	p := a.proc(j, ev, t)
 	if p == nil {
-		if ev.Kind == EventVersion {
+		if ev.Kind == pipeline.EventVersion {
 			j.addVersion(string(ev.Name))
 		}
 		return
+	}
+	if meta != nil && meta.Node != "" && p.k8sNode == "" && ev.Kind != pipeline.EventTestRank {
+		p.k8sNode = meta.Node
 	}
 	a.apply(j, p, ev)
 }
@@ -168,7 +169,7 @@ func (a *Assembler) Add(job string, meta *Meta, ev *Event, t time.Time) {
 // AddLauncher records a launcher prefix seen on a line that held no NCCL
 // event (for example a Ray worker's "(RayTrainWorker pid=1, ip=10.0.0.7)"):
 // a host that is part of the job.
-func (a *Assembler) AddLauncher(job string, meta *Meta, host []byte, t time.Time) {
+func (a *Assembler) AddLauncher(job string, meta *pipeline.Meta, host []byte, t time.Time) {
 	if len(host) == 0 || !looksLikeIP(host) {
 		return
 	}
@@ -185,7 +186,7 @@ func (a *Assembler) AddLauncher(job string, meta *Meta, host []byte, t time.Time
 
 // SetExpectation sets the fleet policy for a job (from node inventory or
 // labels); nil restores the default.
-func (a *Assembler) SetExpectation(job string, e *Expectation) {
+func (a *Assembler) SetExpectation(job string, e *pipeline.Expectation) {
 	if j, ok := a.jobs[job]; ok {
 		j.expect = e
 	}
@@ -237,7 +238,7 @@ func (a *Assembler) LastSeen(job string) (time.Time, bool) {
 	return j.last, true
 }
 
-func (a *Assembler) job(name string, meta *Meta, t time.Time) *jobState {
+func (a *Assembler) job(name string, meta *pipeline.Meta, t time.Time) *jobState {
 	j, ok := a.jobs[name]
 	if !ok {
 		if len(a.jobs) >= a.cfg.MaxJobs {
@@ -287,7 +288,7 @@ func (j *jobState) addVersion(v string) {
 // proc finds or creates the process an event belongs to. Lines whose prefix
 // was stripped by the log source (" [0] NCCL INFO …", corpus 033, 053) have
 // no host and pid; they are keyed by their device.
-func (a *Assembler) proc(j *jobState, ev *Event, t time.Time) *proc {
+func (a *Assembler) proc(j *jobState, ev *pipeline.Event, t time.Time) *proc {
 	a.key = append(a.key[:0], ev.Host...)
 	a.key = append(a.key, 0)
 	a.key = append(a.key, ev.PID...)
@@ -310,15 +311,35 @@ func (a *Assembler) proc(j *jobState, ev *Event, t time.Time) *proc {
 	return p
 }
 
+// addCand records that process p showed network name initialized; a later
+// candidate of the same name moves to the end (the last one wins).
+func (p *proc) addCand(name, kind string) {
+	p.dropCand(name)
+	if len(p.netCands) < 16 {
+		p.netCands = append(p.netCands, netCand{name, kind})
+	}
+}
+
+// dropCand cancels a candidate: the plugin failed or found no device.
+func (p *proc) dropCand(name string) {
+	p.netCands = slices.DeleteFunc(p.netCands, func(c netCand) bool { return c.name == name })
+}
+
 // apply folds one event into a process and its communicators.
-func (a *Assembler) apply(j *jobState, p *proc, ev *Event) {
+func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 	if ev.IsWarn() {
 		p.warns++
 		if len(p.warnMsgs) < a.cfg.MaxWarnings {
 			p.warnMsgs = append(p.warnMsgs, string(ev.Value))
 		}
 	}
-	if ev.Kind == EventTestRank {
+	if ev.Kind == pipeline.EventTestRank {
+		if ev.Rank >= 0 && ev.Rank < maxMembers {
+			if j.test.hosts == nil {
+				j.test.hosts = make(map[int]string)
+			}
+			j.test.hosts[ev.Rank] = string(ev.Host)
+		}
 		// The nccl-tests device table is printed by one process about all
 		// ranks: its launcher prefix says nothing about the rank listed.
 		if ev.FromDev >= 0 && ev.FromDev < 64 {
@@ -333,47 +354,110 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *Event) {
 	if ev.LauncherRank >= 0 && ev.Dev >= 0 {
 		p.hostPrefixRank(ev.LauncherRank, ev.Dev)
 	}
-	if len(ev.LauncherHost) > 0 && p.launcherIP == "" && looksLikeIP(ev.LauncherHost) {
-		p.launcherIP = string(ev.LauncherHost)
+	if len(ev.LauncherHost) > 0 && p.launcherHost == "" {
+		p.launcherHost = string(ev.LauncherHost)
+		if looksLikeIP(ev.LauncherHost) {
+			p.launcherIP = p.launcherHost
+		}
 	}
 	switch ev.Kind {
-	case EventVersion:
+	case pipeline.EventVersion:
 		v := string(ev.Name)
 		j.addVersion(v)
 		if !slices.Contains(p.versions, v) {
 			p.versions = append(p.versions, v)
 		}
-	case EventNetwork:
-		p.usingNet = NormalizeNetwork(string(ev.Name))
-	case EventIBDevices:
-		p.ibDevices = true
-		if p.hcas == nil {
-			p.hcas = parseHCAs(string(ev.Value))
+	case pipeline.EventNetwork:
+		p.usingNet = pipeline.NormalizeNetwork(string(ev.Name))
+	case pipeline.EventIBDevices:
+		hcas := parseHCAs(string(ev.Value))
+		if len(hcas) == 0 {
+			// "NET/IB : Using [RO]; OOB eth0…": IB found no device
+			// (NCCL then prints Failed to initialize NET plugin IB).
+			p.ibEmpty = true
+			p.dropCand("IB")
+			if hpcxPlugin(p.loadedPlugin) {
+				p.dropCand(p.loadedPlugin)
+				p.loadedPlugin = ""
+			}
+		} else {
+			p.ibDevices = true
+			for _, h := range hcas {
+				if len(p.hcas) < 64 && !slices.Contains(p.hcas, h) {
+					p.hcas = append(p.hcas, h)
+				}
+			}
+			// An IB list printed after the HPC-X plugin loaded is that
+			// plugin's (it prints NET/IB lines of its own).
+			if hpcxPlugin(p.loadedPlugin) {
+				p.addCand(p.loadedPlugin, KindPluginDeviceList)
+			} else {
+				p.addCand("IB", KindDeviceList)
+			}
 		}
 		p.addIface(ev.Iface, ev.IP)
 		if p.oobIface == "" && len(ev.Iface) > 0 {
 			p.oobIface = string(ev.Iface)
 		}
-	case EventIBNoDevice:
+	case pipeline.EventIBNoDevice:
 		p.ibNoDevice = true
-	case EventIBSideband:
-		p.sideband = true
-	case EventSocketDevices:
-		p.socketName = NormalizeNetwork(string(ev.Name))
-		p.addIface(ev.Iface, ev.IP)
-	case EventNoVerbs:
-		p.noVerbs = true
-	case EventPluginLoaded:
-		if len(ev.Name) > 0 {
-			p.plugin = NormalizeNetwork(string(ev.Name))
+		p.dropCand("IB")
+		if hpcxPlugin(p.loadedPlugin) {
+			p.dropCand(p.loadedPlugin)
+			p.loadedPlugin = ""
 		}
-	case EventPluginFailed:
-		p.pluginFailed = true
-	case EventBootstrap:
+	case pipeline.EventIBSideband:
+		p.sideband = true
+	case pipeline.EventSocketDevices:
+		name := pipeline.NormalizeNetwork(string(ev.Name))
+		if name == "Socket" {
+			// Not a candidate on its own: 2.4 prints it on every rank
+			// before IB (corpus README traps).
+			p.socketName = name
+		} else {
+			p.addCand(name, KindDeviceList)
+		}
 		p.addIface(ev.Iface, ev.IP)
-	case EventConnection:
+	case pipeline.EventNoVerbs:
+		p.noVerbs = true
+	case pipeline.EventPluginLoaded:
+		if len(ev.Name) == 0 {
+			if ev.Flags&pipeline.FlagAssigned != 0 && p.loadedPlugin != "" {
+				// "Using non-device net plugin": the net selected is the
+				// plugin that loaded and was not cancelled.
+				p.addCand(p.loadedPlugin, KindPluginSelected)
+			}
+			break
+		}
+		name := pipeline.NormalizeNetwork(string(ev.Name))
+		switch {
+		case ev.Flags&pipeline.FlagAssigned != 0:
+			p.assigned = name
+		case ev.Flags&pipeline.FlagInitOK != 0:
+			p.addCand(name, KindPluginInitialized)
+		default:
+			p.loadedPlugin = name
+		}
+		if name != "IB" && name != "Socket" {
+			p.plugin = name
+		}
+	case pipeline.EventPluginFailed:
+		p.pluginFailed = true
+		if len(ev.Name) > 0 {
+			name := pipeline.NormalizeNetwork(string(ev.Name))
+			p.dropCand(name)
+			if p.loadedPlugin == name {
+				p.loadedPlugin = ""
+			}
+			if !slices.Contains(p.failedPlugins, name) && len(p.failedPlugins) < 8 {
+				p.failedPlugins = append(p.failedPlugins, name)
+			}
+		}
+	case pipeline.EventBootstrap:
+		p.addIface(ev.Iface, ev.IP)
+	case pipeline.EventConnection:
 		a.connection(p, ev)
-	case EventRingOrder:
+	case pipeline.EventRingOrder:
 		p.hostRank(0, -1)
 		if ev.Channels > p.channels {
 			p.channels = ev.Channels
@@ -381,53 +465,53 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *Event) {
 		if members := parseRankList(ev.Value); len(members) > len(j.ringMembers) {
 			j.ringMembers = members
 		}
-	case EventTrees:
+	case pipeline.EventTrees:
 		if ev.Rank >= 0 {
 			p.hostRank(ev.Rank, -1)
 		}
-	case EventConnected:
-		if ev.Flags&FlagRings != 0 {
+	case pipeline.EventConnected:
+		if ev.Flags&pipeline.FlagRings != 0 {
 			p.rings = true
 		}
-		if ev.Flags&FlagTreesDone != 0 {
+		if ev.Flags&pipeline.FlagTreesDone != 0 {
 			p.trees = true
 		}
-		if ev.Flags&FlagNVLSTree != 0 {
+		if ev.Flags&pipeline.FlagNVLSTree != 0 {
 			p.nvls = true
 		}
-		if ev.Flags&FlagGDR != 0 {
-			p.gdrPos = true
+		if ev.Flags&pipeline.FlagGDR != 0 {
+			p.gdr.flag1++
 		}
-		if ev.Flags&FlagNoGDR != 0 {
-			p.gdrNeg = true
+		if ev.Flags&pipeline.FlagNoGDR != 0 {
+			p.gdr.flag0++
 		}
-	case EventComm, EventCommNodes, EventInitTimings:
+	case pipeline.EventComm, pipeline.EventCommNodes, pipeline.EventInitTimings:
 		a.commLine(j, p, ev)
-	case EventEnv:
+	case pipeline.EventEnv:
 		if p.env == nil {
 			p.env = make(map[string]string)
 		}
 		if len(p.env) < maxSmall {
 			p.env[string(ev.Name)] = string(ev.Value)
 		}
-	case EventNVLS:
-		if ev.Flags&FlagNVLSTree != 0 {
+	case pipeline.EventNVLS:
+		if ev.Flags&pipeline.FlagNVLSTree != 0 {
 			p.nvls = true
 		}
-	case EventCollNet:
+	case pipeline.EventCollNet:
 		p.collnet = true
-		if ev.Flags&FlagGDR != 0 {
-			p.gdrPos = true
+		if ev.Flags&pipeline.FlagGDR != 0 {
+			p.gdr.collnet++
 		}
-	case EventGDR:
-		if ev.Flags&FlagEnabled != 0 {
-			p.gdrPos = true
+	case pipeline.EventGDR:
+		if ev.Flags&pipeline.FlagEnabled != 0 {
+			p.gdr.capEnabled++
 		} else {
-			p.gdrNeg = true
+			p.gdr.capDisabled++
 		}
-	case EventNetTrace:
+	case pipeline.EventNetTrace:
 		p.netTrace = true
-	case EventChannelCounts:
+	case pipeline.EventChannelCounts:
 		if ev.NVLSChannels > 0 {
 			p.nvls = true
 		}
@@ -437,14 +521,14 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *Event) {
 	}
 }
 
-func (a *Assembler) connection(p *proc, ev *Event) {
+func (a *Assembler) connection(p *proc, ev *pipeline.Event) {
 	// The process printing the line owns the sending end, except for
 	// [receive] lines where it owns the receiving end (transport/net.cc).
 	mine, peer := rankRef{ev.From, ev.FromDev, false}, rankRef{ev.To, ev.ToDev, false}
-	if ev.Flags&FlagReceive != 0 {
+	if ev.Flags&pipeline.FlagReceive != 0 {
 		mine, peer = peer, mine
 	}
-	bus := ev.Flags&FlagBusID != 0
+	bus := ev.Flags&pipeline.FlagBusID != 0
 	mine.bus, peer.bus = bus, bus
 	if mine.rank >= 0 {
 		if bus {
@@ -460,25 +544,36 @@ func (a *Assembler) connection(p *proc, ev *Event) {
 		}
 	}
 	switch ev.Transport {
-	case TransportNet:
+	case pipeline.TransportNet:
 		p.netConn = true
-		if name := NormalizeNetwork(string(ev.Name)); !slices.Contains(p.netChan, name) && len(p.netChan) < 8 {
+		if name := pipeline.NormalizeNetwork(string(ev.Name)); !slices.Contains(p.netChan, name) && len(p.netChan) < 8 {
 			p.netChan = append(p.netChan, name)
 		}
-		if ev.Flags&FlagGDR != 0 {
-			p.gdrPos = true
+		gdr := ev.Flags&pipeline.FlagGDR != 0
+		if gdr {
+			p.gdr.conn++
 		} else {
-			p.gdrNeg = true
+			p.gdr.connPlain++
+		}
+		switch {
+		case ev.Flags&pipeline.FlagSend != 0 && gdr:
+			p.gdr.send++
+		case ev.Flags&pipeline.FlagSend != 0:
+			p.gdr.sendPlain++
+		case ev.Flags&pipeline.FlagReceive != 0 && gdr:
+			p.gdr.recv++
+		case ev.Flags&pipeline.FlagReceive != 0:
+			p.gdr.recvPlain++
 		}
 		if peer.rank >= 0 && peer.dev >= 0 && len(p.netPeers) < maxSmall && !slices.Contains(p.netPeers, peer) {
 			p.netPeers = append(p.netPeers, peer)
 		}
-	case TransportCollNet:
+	case pipeline.TransportCollNet:
 		p.collnet = true
-		if ev.Flags&FlagGDR != 0 {
-			p.gdrPos = true
+		if ev.Flags&pipeline.FlagGDR != 0 {
+			p.gdr.collnet++
 		}
-	case TransportUnknown, TransportP2PMNNVL:
+	case pipeline.TransportUnknown, pipeline.TransportP2PMNNVL:
 		// P2P/MNNVL (2.20+) joins GPUs of a multi-node NVLink domain, which
 		// may be on other nodes: it is no intra-node evidence, so it is kept
 		// out of intra as it was while the parser called it unknown.
@@ -492,8 +587,8 @@ func (a *Assembler) connection(p *proc, ev *Event) {
 
 // commLine records a communicator line: which rank of which communicator the
 // process holds.
-func (a *Assembler) commLine(j *jobState, p *proc, ev *Event) {
-	if ev.Flags&FlagComplete != 0 {
+func (a *Assembler) commLine(j *jobState, p *proc, ev *pipeline.Event) {
+	if ev.Flags&pipeline.FlagComplete != 0 {
 		p.initComplete = true
 	}
 	key := ""
@@ -636,55 +731,32 @@ func (p *proc) addIface(iface, ip []byte) {
 	}
 }
 
-// NormalizeNetwork maps the names NCCL and its plugins print to the names
-// the summary uses: versioned plugin names lose their suffix
-// ("IBext_v8" → "IBext", "GPUDirectTCPX_v7" → "GPUDirectTCPX") and
-// aws-ofi-nccl ≥ 1.18's "Libfabric" is "AWS Libfabric".
-func NormalizeNetwork(name string) string {
-	name = strings.TrimSpace(name)
-	if i := strings.LastIndex(name, "_v"); i > 0 && isDigits(name[i+2:]) {
-		name = name[:i]
-	}
-	switch name {
-	case "Libfabric", "OFI":
-		return "AWS Libfabric"
-	}
-	return name
-}
-
-// NetworkClass returns the class of a network name: rdma, tcp, tcpx or
-// unknown.
-func NetworkClass(name string) string {
-	switch name {
-	case "IB", "IBext", "AWS Libfabric", "gIB", "RoCE":
-		return ClassRDMA
-	case "Socket", "FastSocket":
-		return ClassTCP
-	case "GPUDirectTCPX", "FasTrak":
-		return ClassTCPX
-	case "mixed":
-		return ClassMixed
-	case "":
-		return ""
-	}
-	return ClassUnknown
-}
-
-// parseHCAs reads "[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE/SHARP [RO]".
-func parseHCAs(list string) []HCA {
-	var out []HCA
+// parseHCAs reads the HCA list of "NET/IB : Using": "[0]mlx5_0:1/IB
+// [1]mlx5_1:1/RoCE/SHARP [RO]", 2.23+ merged virtual NICs "[0]={[0]
+// mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}" (corpus 251) and the ≤ 2.3 one-device
+// lines "[0] mlx5_1:1/IB" (corpus 264).
+func parseHCAs(list string) []pipeline.HCA {
+	var out []pipeline.HCA
 	for _, f := range strings.Fields(list) {
-		if !strings.HasPrefix(f, "[") {
+		for {
+			g := strings.TrimLeft(f, "={")
+			if strings.HasPrefix(g, "[") {
+				if e := strings.IndexByte(g, ']'); e > 0 && isDigits(g[1:e]) {
+					g = g[e+1:]
+				}
+			}
+			if g == f {
+				break
+			}
+			f = g
+		}
+		f = strings.TrimRight(f, ",}")
+		if f == "" || f == "[RO]" || !strings.Contains(f, ":") {
 			continue
 		}
-		e := strings.IndexByte(f, ']')
-		if e < 0 || e == len(f)-1 {
-			continue // "[RO]"
-		}
-		f = f[e+1:]
 		parts := strings.Split(f, "/")
 		dev, port, _ := strings.Cut(parts[0], ":")
-		h := HCA{Device: dev, Port: atoiOr(port, 0)}
+		h := pipeline.HCA{Device: dev, Port: atoiOr(port, 0)}
 		for _, s := range parts[1:] {
 			switch s {
 			case "IB", "RoCE":
@@ -699,7 +771,7 @@ func parseHCAs(list string) []HCA {
 		}
 	}
 	if out == nil {
-		out = []HCA{}
+		out = []pipeline.HCA{}
 	}
 	return out
 }
@@ -795,4 +867,10 @@ func looksLikeIP(b []byte) bool {
 		}
 	}
 	return dots == 3
+}
+
+// hpcxPlugin reports whether name is the HPC-X RDMA plugin
+// (nccl-rdma-sharp-plugins), which prints NET/IB device lines of its own.
+func hpcxPlugin(name string) bool {
+	return name == "IBext" || strings.HasPrefix(name, "NCCL RDMA Plugin")
 }
