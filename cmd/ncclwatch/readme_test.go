@@ -134,17 +134,7 @@ func TestREADME(t *testing.T) {
 			t.Skipf("%s is not set; run through make test", v)
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, err := readmeBlocks(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(blocks) == 0 {
-		t.Fatal("README.md has no readme-test blocks")
-	}
+	blocks := loadReadmeBlocks(t)
 
 	dir := copyTracked(t, "../..")
 	bin := t.TempDir()
@@ -280,7 +270,9 @@ func copyTracked(t *testing.T, root string) string {
 	return dir
 }
 
-func TestREADMEBlocksParse(t *testing.T) {
+// loadReadmeBlocks returns the repository README's marked blocks.
+func loadReadmeBlocks(t *testing.T) []readmeBlock {
+	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +281,14 @@ func TestREADMEBlocksParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no readme-test blocks")
+	}
+	return blocks
+}
+
+func TestREADMEBlocksParse(t *testing.T) {
+	blocks := loadReadmeBlocks(t)
 	names := map[string]bool{}
 	for _, b := range blocks {
 		names[b.name] = true
