@@ -150,6 +150,9 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 		if n, rank = rankTag(b); n > 0 {
 			return n, PrefixRankTag, rank, nil
 		}
+		if n = hostRankTag(b); n > 0 {
+			return n, PrefixRankTag, -1, nil
+		}
 	case c == '(':
 		if n, host = rayTag(b); n > 0 {
 			return n, PrefixRay, -1, host
@@ -356,20 +359,20 @@ func rayTag(b []byte) (int, []byte) {
 	if bytes.IndexByte(in, '(') >= 0 {
 		return 0, nil
 	}
-	// Optional actor name, then "pid=N", then ", key=value" pairs.
+	// Optional actor name ("RayTrainWorker", or "head," in Ray Train v2's
+	// "(head, rank=0, pid=5634)" of 254), then ", "-separated key=value
+	// pairs, one of them "pid=N".
 	if !bytes.HasPrefix(in, []byte("pid=")) {
 		sp := bytes.IndexByte(in, ' ')
-		if sp < 1 {
+		if sp < 1 || bytes.IndexByte(in[:sp], '=') >= 0 {
 			return 0, nil
 		}
 		in = in[sp+1:]
-		if !bytes.HasPrefix(in, []byte("pid=")) {
-			return 0, nil
-		}
 	}
 	attrs := in
 	var ip []byte
-	for first := true; len(attrs) > 0; first = false {
+	pid := false
+	for len(attrs) > 0 {
 		kv := attrs
 		if c := bytes.Index(attrs, []byte(", ")); c >= 0 {
 			kv, attrs = attrs[:c], attrs[c+2:]
@@ -380,16 +383,39 @@ func rayTag(b []byte) (int, []byte) {
 		if !ok || len(k) == 0 || len(v) == 0 || bytes.IndexByte(kv, ' ') >= 0 {
 			return 0, nil
 		}
-		switch {
-		case first:
+		switch string(k) {
+		case "pid":
 			if skipDigits(v, 0) != len(v) {
 				return 0, nil
 			}
-		case string(k) == "ip":
+			pid = true
+		case "ip":
 			ip = v
 		}
 	}
+	if !pid {
+		return 0, nil
+	}
 	return end + 1, ip
+}
+
+// hostRankTag matches a "[host:N]:" tag glued to the NCCL header that
+// follows it, as Ray Train v2 prints worker output (254:
+// "[nccl-e9ef-7d4f-0:2]:nccl-e9ef-7d4f-0:11171:11240 [2] NCCL INFO …"). N is
+// a local index, not a global rank, so no rank is returned.
+func hostRankTag(b []byte) int {
+	end := bytes.IndexByte(b[:min(len(b), maxRayPrefix)], ']')
+	if end < 3 || end+1 >= len(b) || b[end+1] != ':' {
+		return 0
+	}
+	c := bytes.LastIndexByte(b[1:end], ':') + 1
+	if c < 2 || skipDigits(b, c+1) != end || c+1 == end || bytes.ContainsAny(b[1:c], " []") {
+		return 0
+	}
+	if !isNCCLHeader(b[end+2:]) {
+		return 0
+	}
+	return end + 2
 }
 
 // trimBlank removes leading spaces and tabs.
