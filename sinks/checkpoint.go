@@ -119,7 +119,7 @@ FROM
         max(end_time) AS last_time
     FROM {db}.checkpoint_events FINAL
     GROUP BY cluster, namespace, job, framework, op
-)
+) AS l
 ANY LEFT JOIN
 (
     SELECT
@@ -130,6 +130,6 @@ ANY LEFT JOIN
         network_class,
         verdict
     FROM {db}.job_verdicts
-) USING (cluster, namespace, job)`}},
+) AS r USING (cluster, namespace, job)`}},
 	}
 }

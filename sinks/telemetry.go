@@ -158,7 +158,7 @@ FROM
         max(time) AS last_time
     FROM {db}.training_steps FINAL
     GROUP BY cluster, namespace, job, framework
-)
+) AS l
 ANY LEFT JOIN
 (
     SELECT
@@ -171,7 +171,7 @@ ANY LEFT JOIN
         nnodes,
         nranks
     FROM {db}.job_verdicts
-) USING (cluster, namespace, job)`
+) AS r USING (cluster, namespace, job)`
 	// A row stands for its ranks' lines (pipeline.TrainingStep.Ranks): the
 	// series view counts and weighs lines, as the in-process report does.
 	weighted := strings.NewReplacer(
@@ -292,7 +292,7 @@ FROM
         max(time) AS last_time
     FROM {db}.nccl_test_results FINAL
     GROUP BY cluster, namespace, job, run_id
-)
+) AS l
 ANY LEFT JOIN
 (
     SELECT
@@ -304,6 +304,6 @@ ANY LEFT JOIN
         verdict,
         nnodes
     FROM {db}.job_verdicts
-) USING (cluster, namespace, job)`}},
+) AS r USING (cluster, namespace, job)`}},
 	}
 }

@@ -729,7 +729,10 @@ func privateClickHouse(t *testing.T) (addr string, signal func(syscall.Signal)) 
 	}
 	tmp := t.TempDir()
 	script := "../../deploy/local/clickhouse.sh"
-	env := append(os.Environ(), "CLICKHOUSE_PORT="+strconv.Itoa(tcp), "CLICKHOUSE_HTTP_PORT="+strconv.Itoa(httpPort), "TMPDIR="+tmp)
+	// No TLS port: the shared server holds make test's, and this one is
+	// plaintext only (CLICKHOUSE_SECURE_DIR would point into the shared one).
+	env := append(os.Environ(), "CLICKHOUSE_PORT="+strconv.Itoa(tcp), "CLICKHOUSE_HTTP_PORT="+strconv.Itoa(httpPort), "TMPDIR="+tmp,
+		"CLICKHOUSE_TLS_PORT=", "CLICKHOUSE_SECURE_DIR=")
 	run := func(arg string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()

@@ -285,6 +285,7 @@ server_status() {
 # keystore and ClickHouse's OpenSSL config both read); valid for 2 days.
 make_tls() {
   local dir="$1"
+  command -v openssl >/dev/null || apt_install openssl openssl
   command -v openssl >/dev/null || die "openssl not found on PATH (needed for the throwaway TLS certificates)"
   mkdir -p "$dir"
   (
