@@ -74,32 +74,32 @@ type checkpointForm struct {
 // Forms whose text holds "checkpoint", tried in order; the first whose
 // marker is present and whose parser accepts the line wins.
 var lowerForms = [...]checkpointForm{
-	// Megatron-LM (001): "saving checkpoint at iteration      35 to
+	// Megatron-LM (101): "saving checkpoint at iteration      35 to
 	// /root/…/checkpoints in torch_dist format"; before 2024 without
 	// " in … format" (Megatron-LM checkpointing.py).
 	{[]byte("saving checkpoint at iteration "), megatronSaving},
-	// Megatron-LM (001): "  successfully saved checkpoint from iteration
+	// Megatron-LM (101): "  successfully saved checkpoint from iteration
 	// 35 to /root/…/checkpoints [ t 1/4, p 1/2 ]"; before 2024 "… at
 	// iteration     100 to /path".
 	{[]byte("successfully saved checkpoint "), megatronSaved},
-	// Megatron-LM (007): " loading checkpoint from /nas/megatron_gpt/ at
+	// Megatron-LM (004): " loading checkpoint from /nas/megatron_gpt/ at
 	// iteration 100"; also "loading release checkpoint from …".
 	{[]byte("loading checkpoint from "), megatronLoading},
 	{[]byte("loading release checkpoint from "), megatronLoading},
 	// Megatron-LM: " successfully loaded checkpoint from /path [ t 1/4,
 	// p 1/2 ] at iteration 100" (checkpointing.py load_checkpoint).
 	{[]byte("successfully loaded checkpoint from "), megatronLoaded},
-	// Megatron-LM timers (001): "    save-checkpoint ……: (109332.44,
+	// Megatron-LM timers (101): "    save-checkpoint ……: (109332.44,
 	// 109332.57)", milliseconds (min, max) across ranks.
 	{[]byte("save-checkpoint"), megatronTimer},
 	{[]byte("load-checkpoint"), megatronTimer},
-	// Hugging Face Trainer (004): "… >> Saving model checkpoint to
+	// Hugging Face Trainer (104): "… >> Saving model checkpoint to
 	// /fsx/…/checkpoint-1136".
 	{[]byte("Saving model checkpoint to "), hfSaving},
-	// DeepSpeed (002): "… [Rank 0] Saving model checkpoint:
+	// DeepSpeed (102): "… [Rank 0] Saving model checkpoint:
 	// experiments/…/global_step10/mp_rank_00_model_states.pt".
 	{[]byte("Saving model checkpoint: "), deepSpeedPath},
-	// torchtitan (003): "Saving the checkpoint (or staging if async is
+	// torchtitan (103): "Saving the checkpoint (or staging if async is
 	// enabled)." and "Finished saving the checkpoint (or staging if async
 	// is enabled)in 0.02 seconds."; before async (2024) "Saving a full
 	// checkpoint at last step, step 1000." and "Finished saving the
@@ -111,10 +111,16 @@ var lowerForms = [...]checkpointForm{
 	// torchtitan: "Loading the checkpoint from ./outputs/checkpoint/
 	// step-10." and "Loading the checkpoint at step 10." (checkpoint.py).
 	{[]byte("Loading the checkpoint "), titanLoading},
-	// torchtitan's async saver (003): "Received async checkpoint request
+	// torchtitan's async saver (103): "Received async checkpoint request
 	// with id=./outputs/checkpoint/step-800".
 	{[]byte("Received async checkpoint request with id="), titanAsyncID},
-	// Lightning (005, 006): "Restoring states from the checkpoint path at
+	// fairseq and metaseq (005): "Saved checkpoint /scratch/…/checkpoint_10-
+	// model_part-0-shard0.pt (epoch 1 @ 10 updates) (writing took
+	// 1.2194619262591004 seconds)", one line per save (checkpoint_utils.py);
+	// its "Saving checkpoint to" / "Finished saving checkpoint to" lines
+	// are per shard and not read.
+	{[]byte("Saved checkpoint "), fairseqSaved},
+	// Lightning (105, 106): "Restoring states from the checkpoint path at
 	// /…/epoch=9-step=16000-v1.ckpt", then "Loaded model weights from
 	// checkpoint at …" or "Restored all states from the checkpoint at …".
 	{[]byte("Restoring states from the checkpoint path at "), lightningRestoring},
@@ -133,7 +139,7 @@ func parseCheckpointLower(b []byte, cl *pipeline.CheckpointLine) bool {
 	return false
 }
 
-// parseCheckpointUpper reads DeepSpeed's checkpoint engine lines (002):
+// parseCheckpointUpper reads DeepSpeed's checkpoint engine lines (102):
 // "[Torch] Checkpoint global_step10 is about to be saved!" and "[Torch]
 // Checkpoint global_step10 is ready now!" ("[AsyncTorch]", "[Nebula]",
 // "[DataStates]" engines print the same words).
@@ -294,10 +300,13 @@ func hfSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	return true
 }
 
-// deepSpeedPath reads "Saving model checkpoint: PATH", the model file of the
-// save in progress.
+// deepSpeedPath reads "Saving model checkpoint: FILE", a model file of the
+// save in progress; the save's path is the file's folder (…/global_step10).
 func deepSpeedPath(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	p := trimBlank(b[i+len("Saving model checkpoint: "):])
+	if k := bytes.LastIndexByte(p, '/'); k > 0 {
+		p = p[:k]
+	}
 	if len(p) == 0 {
 		return false
 	}
@@ -363,6 +372,30 @@ func titanAsyncID(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	return true
 }
 
+// fairseqSaved reads "Saved checkpoint PATH (epoch E @ N updates[, score
+// S]) (writing took X seconds)": the step is N updates.
+func fairseqSaved(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	rest := b[i+len("Saved checkpoint "):]
+	k := bytes.Index(rest, []byte(" (epoch "))
+	if k <= 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkFairseq, pipeline.CheckpointSave, pipeline.CheckpointSingle, rest[:k]
+	tail := rest[k:]
+	if a := bytes.Index(tail, []byte("@ ")); a >= 0 {
+		n, r := nextField(tail[a+2:])
+		if v, ok := atoi64(n); ok && hasPrefix(trimBlank(r), "updates") {
+			cl.Step = v
+		}
+	}
+	if w := bytes.Index(tail, []byte("(writing took ")); w >= 0 {
+		if v, ok := parseNumber(firstField(tail[w+len("(writing took "):])); ok && v >= 0 {
+			cl.Duration = v
+		}
+	}
+	return true
+}
+
 func lightningRestoring(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	return lightningLoad(b[i+len("Restoring states from the checkpoint path at "):], pipeline.CheckpointStart, cl)
 }
@@ -388,7 +421,7 @@ func lightningLoad(p []byte, phase pipeline.CheckpointPhase, cl *pipeline.Checkp
 	return true
 }
 
-// parseLightningSave reads ModelCheckpoint's verbose line (005): "Epoch 9,
+// parseLightningSave reads ModelCheckpoint's verbose line (105): "Epoch 9,
 // global step 16000: 'dev_loss' reached 0.28007 (best 0.28007), saving
 // model to '/…/epoch=9-step=16000-v1.ckpt' as top 1", or without a
 // monitor "Epoch 9, global step 16000: saving model to '…'".

@@ -54,8 +54,8 @@ func TestCheckpointGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob("../testdata/checkpoints/*.log")
-	if len(files) != len(want) || len(files) < 7 {
-		t.Fatalf("%d samples, %d expectations; want the same, at least 7", len(files), len(want))
+	if len(files) != len(want) || len(files) < 11 {
+		t.Fatalf("%d samples, %d expectations; want the same, at least 11", len(files), len(want))
 	}
 	for _, path := range files {
 		name := filepath.Base(path)
@@ -91,35 +91,41 @@ var checkpointCases = []struct {
 	in   string
 	want *pipeline.CheckpointLine
 }{
-	{"megatron saving torch_dist (001)", "saving checkpoint at iteration      35 to /root/run/checkpoints in torch_dist format",
+	{"megatron saving torch_dist (101)", "saving checkpoint at iteration      35 to /root/run/checkpoints in torch_dist format",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointStart, 35, nan, "/root/run/checkpoints"))},
-	{"megatron saved from (001)", "  successfully saved checkpoint from iteration      35 to /root/run/checkpoints [ t 1/4, p 1/2 ]",
+	{"megatron saved from (101)", "  successfully saved checkpoint from iteration      35 to /root/run/checkpoints [ t 1/4, p 1/2 ]",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointEnd, 35, nan, "/root/run/checkpoints"))},
 	{"megatron saved at (pre-2024 format string)", "  successfully saved checkpoint at iteration     100 to /lustre/ckpt",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointEnd, 100, nan, "/lustre/ckpt"))},
-	{"megatron save timer (001)", "    save-checkpoint ................................: (109332.44, 109332.57)",
+	{"megatron save timer (101)", "    save-checkpoint ................................: (109332.44, 109332.57)",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, 109.33257, ""))},
 	{"megatron load timer (format string)", "    load-checkpoint ................................: (5120.10, 5123.9)",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointAmend, -1, 5.1239, ""))},
-	{"megatron loading (007)", " loading checkpoint from /nas/megatron_gpt/ at iteration 100",
+	{"megatron loading (004)", " loading checkpoint from /nas/megatron_gpt/ at iteration 100",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointStart, 100, nan, "/nas/megatron_gpt/"))},
 	{"megatron loaded (format string)", " successfully loaded checkpoint from /lustre/ckpt [ t 1/4, p 1/2 ] at iteration 200",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointEnd, 200, nan, "/lustre/ckpt"))},
-	{"deepspeed about to be saved (002)", "[2023-07-24 13:21:33,261] [INFO] [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step10 is about to be saved!",
+	{"deepspeed about to be saved (102)", "[2023-07-24 13:21:33,261] [INFO] [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step10 is about to be saved!",
 		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointStart, 10, nan, ""))},
-	{"deepspeed ready (002)", "[2023-07-24 13:21:33,440] [INFO] [torch_checkpoint_engine.py:33:commit] [Torch] Checkpoint global_step10 is ready now!",
+	{"deepspeed ready (102)", "[2023-07-24 13:21:33,440] [INFO] [torch_checkpoint_engine.py:33:commit] [Torch] Checkpoint global_step10 is ready now!",
 		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointEnd, 10, nan, ""))},
-	{"deepspeed model file (002)", "[2023-07-24 13:21:33,263] [INFO] [logging.py:96:log_dist] [Rank 0] Saving model checkpoint: experiments/x/global_step10/mp_rank_00_model_states.pt",
-		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, nan, "experiments/x/global_step10/mp_rank_00_model_states.pt"))},
-	{"hf saving (004)", "0: [INFO|trainer.py:3478] 2025-05-02 22:51:04,774 >> Saving model checkpoint to /fsx/ubuntu/esm-slurm/out-fsdp/checkpoint-1136",
+	{"deepspeed model file (102)", "[2023-07-24 13:21:33,263] [INFO] [logging.py:96:log_dist] [Rank 0] Saving model checkpoint: experiments/x/global_step10/mp_rank_00_model_states.pt",
+		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, nan, "experiments/x/global_step10"))},
+	{"fairseq saved with writing time (005)", "2022-11-09 12:41:48 | INFO | metaseq.checkpoint_utils | Saved checkpoint /scratch/x/checkpoint_10-model_part-0-shard0.pt (epoch 1 @ 10 updates) (writing took 1.2194619262591004 seconds)",
+		ptrLine(ckptWant(pipeline.FrameworkFairseq, pipeline.CheckpointSave, pipeline.CheckpointSingle, 10, 1.2194619262591004, "/scratch/x/checkpoint_10-model_part-0-shard0.pt"))},
+	{"fairseq per-shard saving is no event (005)", "2022-11-09 12:41:47 | INFO | metaseq.trainer | Saving checkpoint to /scratch/x/checkpoint_10-model_part-0-shard0.pt", nil},
+	{"fairseq per-shard finished is no event (005)", "2022-11-09 12:41:48 | INFO | metaseq.trainer | Finished saving checkpoint to /scratch/x/checkpoint_10-model_part-0-shard0.pt", nil},
+	{"megatron evaluate timer is no checkpoint (003)", "2026-01-09 17:40:26.041804 master-0 >>     evaluate .......................................: (130728.84, 130732.44)", nil},
+	{"dlrover saver set-up is no save (004)", "[2024-02-01 17:58:59,450] [INFO] [ckpt_saver.py:392:__init__] Initialize the AsyncSaver with arguments: checkpoint_dir=/nas/megatron_gpt/, local_shard_num=1, global_shard_num=1,", nil},
+	{"hf saving (104)", "0: [INFO|trainer.py:3478] 2025-05-02 22:51:04,774 >> Saving model checkpoint to /fsx/ubuntu/esm-slurm/out-fsdp/checkpoint-1136",
 		ptrLine(ckptWant(pipeline.FrameworkHF, pipeline.CheckpointSave, pipeline.CheckpointSingle, 1136, nan, "/fsx/ubuntu/esm-slurm/out-fsdp/checkpoint-1136"))},
 	{"hf final save has no step", "Saving model checkpoint to ./models/robertua-v1",
 		ptrLine(ckptWant(pipeline.FrameworkHF, pipeline.CheckpointSave, pipeline.CheckpointSingle, -1, nan, "./models/robertua-v1"))},
-	{"titan saving (003)", "[rank0]:[titan] 2025-06-25 13:20:46,458 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
+	{"titan saving (103)", "[rank0]:[titan] 2025-06-25 13:20:46,458 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointStart, -1, nan, ""))},
-	{"titan finished glued in (003)", "[rank0]:[titan] 2025-06-25 13:20:46,479 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 0.02 seconds.",
+	{"titan finished glued in (103)", "[rank0]:[titan] 2025-06-25 13:20:46,479 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 0.02 seconds.",
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointEnd, -1, 0.02, ""))},
-	{"titan async id (003)", "[rank0]:[0] 2025-06-25 13:20:48,131 - root - INFO - Received async checkpoint request with id=./outputs/checkpoint/step-800",
+	{"titan async id (103)", "[rank0]:[0] 2025-06-25 13:20:48,131 - root - INFO - Received async checkpoint request with id=./outputs/checkpoint/step-800",
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointAmend, 800, nan, "./outputs/checkpoint/step-800"))},
 	{"titan last step (format string)", "[rank0]:[titan] 2024-10-01 10:00:00,000 - root - INFO - Saving a full checkpoint at last step, step 1000.",
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointStart, 1000, nan, ""))},
@@ -127,11 +133,11 @@ var checkpointCases = []struct {
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointLoad, pipeline.CheckpointStart, 10, nan, "./outputs/checkpoint/step-10"))},
 	{"titan loaded (format string)", "[rank0]:[titan] 2024-10-01 10:00:13,600 - root - INFO - Finished loading the checkpoint in 13.60 seconds.",
 		ptrLine(ckptWant(pipeline.FrameworkTorchtitan, pipeline.CheckpointLoad, pipeline.CheckpointEnd, -1, 13.6, ""))},
-	{"lightning save (005)", "# 2023-10-06 22:43:35.984 [1696631879753337/train_test/3 (pid 22782)] Epoch 9, global step 16000: 'dev_loss' reached 0.28007 (best 0.28007), saving model to '/w/log/epoch=9-step=16000-v1.ckpt' as top 1",
+	{"lightning save (105)", "# 2023-10-06 22:43:35.984 [1696631879753337/train_test/3 (pid 22782)] Epoch 9, global step 16000: 'dev_loss' reached 0.28007 (best 0.28007), saving model to '/w/log/epoch=9-step=16000-v1.ckpt' as top 1",
 		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointSave, pipeline.CheckpointSingle, 16000, nan, "/w/log/epoch=9-step=16000-v1.ckpt"))},
-	{"lightning restoring (006)", "Restoring states from the checkpoint path at /mnt/nfs/x/.scale_batch_size_ecc0.ckpt",
+	{"lightning restoring (106)", "Restoring states from the checkpoint path at /mnt/nfs/x/.scale_batch_size_ecc0.ckpt",
 		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointLoad, pipeline.CheckpointStart, -1, nan, "/mnt/nfs/x/.scale_batch_size_ecc0.ckpt"))},
-	{"lightning loaded weights (005)", "Loaded model weights from checkpoint at /w/lightning_logs/version_2/checkpoints/epoch=9-step=16670.ckpt",
+	{"lightning loaded weights (105)", "Loaded model weights from checkpoint at /w/lightning_logs/version_2/checkpoints/epoch=9-step=16670.ckpt",
 		ptrLine(ckptWant(pipeline.FrameworkLightning, pipeline.CheckpointLoad, pipeline.CheckpointEnd, 16670, nan, "/w/lightning_logs/version_2/checkpoints/epoch=9-step=16670.ckpt"))},
 	{"lightning not in top k is no save", "Epoch 0, global step 100: 'val_loss' was not in top 1", nil},
 	{"activation checkpointing is no checkpoint", "[rank0]:[titan] 2025-06-15 21:31:49,084 - root - INFO - Applied full activation checkpointing to the model", nil},

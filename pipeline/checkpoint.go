@@ -102,14 +102,21 @@ type CheckpointEvent struct {
 // --json`. Lists are in order of appearance, never null, and bounded by
 // maxCheckpointList (Saves and Loads keep counting past it).
 type CheckpointReport struct {
-	Framework     string    `json:"framework"`
-	Saves         int       `json:"saves"`
-	Loads         int       `json:"loads"`
-	SaveDurations []float64 `json:"save_durations_s"` // only saves whose duration was printed
-	LoadDurations []float64 `json:"load_durations_s"`
-	Paths         []string  `json:"paths"` // distinct, as printed
-	Steps         []int64   `json:"steps"` // of saves, where printed
+	Framework string `json:"framework"`
+	Saves     int    `json:"saves"`
+	// UnfinishedSaves counts saves that printed a start and no end (the
+	// job crashed or was killed while saving, or the input ends there).
+	UnfinishedSaves int       `json:"unfinished_saves"`
+	Loads           int       `json:"loads"`
+	SaveDurations   []float64 `json:"save_durations_s"` // only saves whose duration was printed
+	LoadDurations   []float64 `json:"load_durations_s"`
+	Paths           []string  `json:"paths"` // distinct, as printed
+	Steps           []int64   `json:"steps"` // of saves, where printed
 }
+
+// FrameworkFairseq is fairseq and its forks (metaseq): checkpoint lines
+// only.
+const FrameworkFairseq = "fairseq"
 
 // maxCheckpointList bounds each list of a CheckpointReport: a job that
 // checkpoints every 5 minutes for a week saves ~2000 times; beyond 4096 a
@@ -121,6 +128,7 @@ type ckptSeries struct {
 	framework string
 	rank      int // the launcher rank whose lines count; -1 until one is seen
 	saves     int
+	unended   int // save starts followed by another start before an end
 	loads     int
 	saveDur   []float64
 	loadDur   []float64
@@ -164,6 +172,9 @@ func (j *telJob) checkpoint(m rowMeta, cl *CheckpointLine, rank int, t time.Time
 	var ev *CheckpointEvent
 	switch cl.Phase {
 	case CheckpointStart, CheckpointSingle:
+		if s.open[i] && cl.Op == CheckpointSave {
+			s.unended++
+		}
 		ev = s.newEvent(m, cl, rank, t, src)
 		s.open[i] = cl.Phase == CheckpointStart
 		ev.Complete = cl.Phase == CheckpointSingle
@@ -238,9 +249,12 @@ func (a *TelemetryAssembler) Checkpoints(job string) []CheckpointReport {
 		if s.saves == 0 && s.loads == 0 {
 			continue
 		}
-		r := CheckpointReport{Framework: s.framework, Saves: s.saves, Loads: s.loads,
+		r := CheckpointReport{Framework: s.framework, Saves: s.saves, UnfinishedSaves: s.unended, Loads: s.loads,
 			SaveDurations: append([]float64{}, s.saveDur...), LoadDurations: append([]float64{}, s.loadDur...),
 			Paths: append([]string{}, s.paths...), Steps: append([]int64{}, s.steps...)}
+		if s.open[0] {
+			r.UnfinishedSaves++
+		}
 		out = append(out, r)
 	}
 	return out

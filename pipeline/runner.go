@@ -167,10 +167,10 @@ type RunnerDeps struct {
 	OnJob func(sum JobSummary, comms []CommSummary, nodes []string)
 	// OnTelemetry, if set, sees the telemetry of each job whose NCCL or
 	// telemetry lines changed since the last batch and that has any (the
-	// key as JobKey, TelemetryAssembler.Report, and the pool of a fabric
+	// key as JobKey, TelemetryAssembler.Report and Checkpoints, and the pool of a fabric
 	// canary, "" for other jobs), after OnJob and before the sink stores
 	// the batch. The slices are the callee's.
-	OnTelemetry func(job string, tests []NCCLTestReport, training []TrainingReport, canaryPool string)
+	OnTelemetry func(job string, tests []NCCLTestReport, training []TrainingReport, checkpoints []CheckpointReport, canaryPool string)
 	// OnEvict, if set, is told the key (JobKey) of each job evicted after
 	// its final summary was stored.
 	OnEvict func(job string)
@@ -520,9 +520,10 @@ func (r *Runner) flush(ctx context.Context) error {
 		}
 		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
 			tests, training := r.tel.Report(j)
+			ckpts := r.tel.Checkpoints(j)
 			pool, canary := r.tel.Canary(j)
-			if len(tests) > 0 || len(training) > 0 || canary {
-				fn(j, tests, training, pool)
+			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || canary {
+				fn(j, tests, training, ckpts, pool)
 			}
 		}
 	}

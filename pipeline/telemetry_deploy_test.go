@@ -75,7 +75,7 @@ func TestCanaryRules(t *testing.T) {
 	if err := yaml.Unmarshal(b, &file); err != nil {
 		t.Fatalf("rules.yaml: %v", err)
 	}
-	names := regexp.MustCompile(`\b(canary|series)\.([a-z_]+)`)
+	names := regexp.MustCompile(`\b(canary|series|checkpoint)\.([a-z_]+)`)
 	n := 0
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
@@ -91,7 +91,7 @@ func TestCanaryRules(t *testing.T) {
 			}
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d rules; want the busbw and the step-time regression rules", n)
+	if n != 3 {
+		t.Errorf("%d rules; want the busbw, step-time regression and checkpoint save regression rules", n)
 	}
 }

@@ -292,10 +292,11 @@ func TestRulesRunnerCanaryTelemetry(t *testing.T) {
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: stage,
 		Now:   func() time.Time { return now },
 		OnJob: eng.Observe,
-		OnTelemetry: func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport, pool string) {
+		OnTelemetry: func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport,
+			ckpts []pipeline.CheckpointReport, pool string) {
 			cluster, namespace, name := pipeline.SplitJobKey(job)
 			eng.ObserveTelemetry(rules.Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
-				Training: training, CanaryPool: pool})
+				Training: training, Checkpoints: ckpts, CanaryPool: pool})
 		},
 	})
 	init, err := os.ReadFile(filepath.Join(corpusDir, "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log"))

@@ -128,6 +128,8 @@ type Telemetry struct {
 	Cluster, Namespace, Job string
 	Tests                   []pipeline.NCCLTestReport
 	Training                []pipeline.TrainingReport
+	// Checkpoints are the job's checkpoint series (the `checkpoint` view).
+	Checkpoints []pipeline.CheckpointReport
 	// CanaryPool is the node pool the job tests when it is a fabric
 	// canary; "" for any other job.
 	CanaryPool string
@@ -186,6 +188,8 @@ type jobTelemetry struct {
 	handled  int
 	baseline *float64
 	series   []SeriesView
+	// checkpoint is the job's checkpoint view (rules/checkpoint.go).
+	checkpoint CheckpointView
 }
 
 type activity struct {
@@ -389,6 +393,7 @@ func (e *Engine) ObserveTelemetry(t Telemetry) {
 	for i := range t.Training {
 		tel.series[i] = seriesView(&t.Training[i])
 	}
+	tel.checkpoint = checkpointView(t.Checkpoints)
 	e.foldCanary(s)
 	s.dirty = true
 }
@@ -592,6 +597,9 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 	env.Racks = distinct(env.Nodes, func(n NodeView) string { return n.Rack })
 	if a := s.act; !a.last.IsZero() {
 		env.Activity = ActivityView{Seen: true, Nodes: len(a.nodes), Pods: len(a.pods), FirstSeen: a.first, LastSeen: a.last}
+	}
+	if s.tel != nil {
+		env.Checkpoint = s.tel.checkpoint
 	}
 	if s.tel != nil && s.tel.canaryPool != "" {
 		env.Canary = e.canary(s)

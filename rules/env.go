@@ -53,6 +53,9 @@ type JobEnv struct {
 	// the job (one per framework) and matches when one matches;
 	// annotations then see that series.
 	Series SeriesView `expr:"series"`
+	// Checkpoint is the job's checkpoint series with the most timed saves
+	// (pipeline.CheckpointReport; rules/checkpoint.go).
+	Checkpoint CheckpointView `expr:"checkpoint"`
 	// Now is the evaluation time.
 	Now time.Time `expr:"now"`
 }

@@ -141,6 +141,7 @@ func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 		}
 	}
 	maps.Copy(d, sd)
+	maps.Copy(d, checkpointData(&env.Checkpoint))
 	if c := comm; c != nil {
 		for k, v := range map[string]any{
 			"comm_id": c.ID, "network": deref(c.Network), "network_class": c.NetworkClass, "fabric": deref(c.Fabric),

@@ -98,6 +98,23 @@ func (f fleet) batch() *pipeline.Batch {
 	steps("qwen-restart", "", "", "IB", f.now.Add(-6*time.Hour), time.Minute, 6.0, 6.0, 6.0)
 	steps("qwen-restart", "", "", "Socket", f.now.Add(-5*time.Hour), time.Minute, 12.0, 12.0, 12.0)
 	job("ml", "old-fallback", "Socket", pipeline.ClassTCP, 2, 16, pipeline.VerdictSocketFallback, f.now.Add(-72*time.Hour), time.Hour)
+	// Checkpoints: qwen-rdma saves to Lustre (30, 32, 34 s) and loads once
+	// (20 s); qwen-socket to node-local disk (5 s, 6 s and one save that
+	// printed no duration); llama-1node once, relative path, no duration.
+	ckpt := func(name, pool, op, path string, at time.Time, secs float64) {
+		b.Checkpoints = append(b.Checkpoints, pipeline.CheckpointEvent{Source: src(), Time: at, EndTime: at, Job: name,
+			Namespace: "ml", Cluster: "c1", Pod: name + "-worker-0", Node: "n1", Pool: pool,
+			Framework: pipeline.FrameworkMegatron, Op: op, Rank: -1, Step: -1, Path: path, Duration: secs,
+			Complete: true, Lines: 2})
+	}
+	for i, d := range []float64{30, 32, 34} {
+		ckpt("qwen-rdma", "h200-ib", "save", "/lustre/ckpt/qwen-rdma", f.now.Add(-5*time.Hour+time.Duration(4+i)*time.Minute), d)
+	}
+	ckpt("qwen-rdma", "h200-ib", "load", "/lustre/ckpt/qwen-rdma", f.now.Add(-5*time.Hour+3*time.Minute), 20)
+	for i, d := range []float64{5, 6, nan} {
+		ckpt("qwen-socket", "h200-ib", "save", "/mnt/local/ckpt/qwen-socket", f.now.Add(-3*time.Hour+time.Duration(i)*time.Minute), d)
+	}
+	ckpt("llama-1node", "h200-ib", "save", "experiments/llama/global_step10", f.now.Add(-3*time.Hour+2*time.Minute), nan)
 
 	canary("canary-h200-1", "h200-ib", pipeline.VerdictOK, f.base.Add(-3*time.Hour+5*time.Minute), 355)
 	canary("canary-h200-2", "h200-ib", pipeline.VerdictOK, f.base.Add(-2*time.Hour+5*time.Minute), 356)
@@ -242,6 +259,20 @@ func cookbook(f fleet) map[string][]string {
 		"step_time_by_network_within_job.sql": {
 			"c1 ml qwen-restart megatron IB rdma 3 " + at(f.now.Add(-6*time.Hour)) + " 6 1",
 			"c1 ml qwen-restart megatron Socket tcp 3 " + at(f.now.Add(-5*time.Hour)) + " 12 2",
+		},
+		// Lustre saves take 32 s (median) against 6 s on local disk; the
+		// relative path of llama-1node printed no duration.
+		"checkpoint_duration_by_pool_and_storage.sql": {
+			"h200-ib /lustre/ckpt load 1 1 20 20 20",
+			"h200-ib /lustre/ckpt save 3 3 32 34 96",
+			"h200-ib /mnt/local save 3 2 6 6 11",
+			"h200-ib experiments/llama save 1 0 NULL NULL NULL",
+		},
+		// qwen-rdma's progress lines span 240 s and its checkpoints took
+		// 116 s of printed time; qwen-socket's span 6900 s, 11 s of it.
+		"checkpoint_share_of_wall_time.sql": {
+			"c1 ml qwen-rdma 3 1 116 240 0.4833 ok",
+			"c1 ml qwen-socket 3 0 11 6900 0.0016 socket_fallback",
 		},
 		"jobs_by_verdict.sql": {
 			"ok 6 88",

@@ -23,8 +23,8 @@ func TestScanCheckpoints(t *testing.T) {
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
-	if len(want) < 7 {
-		t.Fatalf("%d expectations; want at least 7", len(want))
+	if len(want) < 11 {
+		t.Fatalf("%d expectations; want at least 11", len(want))
 	}
 	for name, w := range want {
 		t.Run(name, func(t *testing.T) {
@@ -51,7 +51,7 @@ func TestScanCheckpoints(t *testing.T) {
 		})
 	}
 	var out, errb bytes.Buffer
-	if rc := runScan([]string{"--json", "--telemetry", "off", filepath.Join(dir, "001_megatron_core_torch_dist_save_timer_two_saves.log")}, nil, &out, &errb); rc != 0 {
+	if rc := runScan([]string{"--json", "--telemetry", "off", filepath.Join(dir, "101_megatron_core_torch_dist_save_timer_two_saves.log")}, nil, &out, &errb); rc != 0 {
 		t.Fatalf("scan = %d: %s", rc, errb.String())
 	}
 	if !strings.Contains(out.String(), `"checkpoints": null`) && !strings.Contains(out.String(), `"checkpoints":null`) {

@@ -265,10 +265,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		deps.OnActivity = func(m pipeline.Meta, t time.Time) {
 			eng.ObserveActivity(rules.Activity{Cluster: m.Cluster, Namespace: m.Namespace, Job: m.Job, Node: m.Node, Pod: m.Pod, Time: t})
 		}
-		deps.OnTelemetry = func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport, canaryPool string) {
+		deps.OnTelemetry = func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport,
+			checkpoints []pipeline.CheckpointReport, canaryPool string) {
 			cluster, namespace, name := pipeline.SplitJobKey(job)
 			eng.ObserveTelemetry(rules.Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
-				Training: training, CanaryPool: canaryPool})
+				Training: training, Checkpoints: checkpoints, CanaryPool: canaryPool})
 		}
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)
