@@ -192,8 +192,6 @@ func TestClickHouseConfigValidate(t *testing.T) {
 		{"digit database", func(c *ClickHouseConfig) { c.Database = "1db" }, `clickhouse.database: "1db"`},
 		{"dial", func(c *ClickHouseConfig) { c.DialTimeout = 0 }, "clickhouse.dial_timeout: must be > 0"},
 		{"query", func(c *ClickHouseConfig) { c.QueryTimeout = -time.Second }, "clickhouse.query_timeout: must be > 0"},
-		{"retries", func(c *ClickHouseConfig) { c.MaxRetries = -1 }, "clickhouse.max_retries: must be >= 0"},
-		{"backoff", func(c *ClickHouseConfig) { c.RetryBackoff = 0 }, "clickhouse.retry_backoff: must be > 0"},
 		{"cluster", func(c *ClickHouseConfig) { c.Cluster = "a'b" }, "clickhouse.cluster:"},
 		{"line", func(c *ClickHouseConfig) { c.MaxLineBytes = 0 }, "clickhouse.max_line_bytes: must be > 0"},
 		{"dead", func(c *ClickHouseConfig) { c.MaxDeadLetterBytes = 0 }, "clickhouse.max_dead_letter_bytes: must be > 0"},
@@ -209,10 +207,9 @@ func TestClickHouseConfigValidate(t *testing.T) {
 		}
 	}
 	cfg := DefaultClickHouseConfig()
-	cfg.MaxRetries, cfg.RetryBackoff = 0, 0
 	cfg.Cluster = "{cluster}"
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("no retries, macro cluster: Validate() = %v; want nil", err)
+		t.Errorf("macro cluster: Validate() = %v; want nil", err)
 	}
 }
 
