@@ -727,11 +727,19 @@ func (r *Runner) flush(ctx context.Context) error {
 	r.batch.Evicted = append(r.batch.Evicted[:0], evict...)
 	slices.Sort(r.batch.Evicted)
 	r.batch.Offsets = r.batch.Offsets[:0]
+	// Not past the first piece of a partial line, nor the first line of
+	// an nccl-tests run still open: a replay from the commit must see the
+	// whole line, the whole run, again to write the same rows.
+	hold := maps.Clone(r.pending)
+	r.tel.OpenRuns(func(s Source) {
+		k := partKey{s.Topic, s.Partition}
+		if h, ok := hold[k]; !ok || s.Offset < h {
+			hold[k] = s.Offset
+		}
+	})
 	for k, next := range r.offsets {
-		// Not past the first piece of a partial line: a replay from the
-		// commit must see the whole line again.
-		if p, ok := r.pending[k]; ok && p < next {
-			next = p
+		if h, ok := hold[k]; ok && h < next {
+			next = h
 		}
 		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: next})
 	}
@@ -885,6 +893,10 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 			job := JobKey(row.Cluster, row.Namespace, row.Job)
 			r.asm.Add(job, &meta, &ev, row.Time)
 			r.touched[job] = r.deps.Now()
+			// The next batch carries the rebuilt job's summary: the same
+			// version and content as stored, so storage does not change,
+			// while the rules stage of this process learns of the job.
+			r.dirty[job] = true
 			n++
 			return nil
 		})
