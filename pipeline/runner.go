@@ -489,7 +489,7 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 	switch {
 	case len(m.Value) > r.cfg.MaxRecordBytes:
 		r.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
-	case !r.deps.Candidate(m.Value):
+	case !r.deps.Candidate(m.Value) && !r.partial(k):
 		if r.deps.Observe {
 			r.activity(m)
 		}
@@ -514,6 +514,13 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 		return r.flushNow(ctx)
 	}
 	return nil
+}
+
+// partial reports whether the partition has a partial line in progress:
+// its next pieces are decoded whatever the prefilter says of them.
+func (r *Runner) partial(k partKey) bool {
+	_, ok := r.pending[k]
+	return ok
 }
 
 // decoder returns the partition's decoder.

@@ -133,13 +133,16 @@ func corpusLines(t testing.TB, name string) []string {
 }
 
 type harness struct {
-	r      *pipeline.Runner
-	sink   *recordingSink
-	commit *recordingCommitter
-	reg    *prometheus.Registry
-	m      *pipeline.Metrics
-	now    time.Time
-	offset map[int32]int64
+	r       *pipeline.Runner
+	decoder func() pipeline.Decoder
+	cls     pipeline.Classifier
+	cand    func([]byte) bool
+	sink    *recordingSink
+	commit  *recordingCommitter
+	reg     *prometheus.Registry
+	m       *pipeline.Metrics
+	now     time.Time
+	offset  map[int32]int64
 }
 
 func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerConfig)) *harness {
@@ -158,12 +161,25 @@ func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerC
 		now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), offset: map[int32]int64{}}
 	h.m = pipeline.NewMetrics(h.reg)
 	dcfg := parsers.DefaultDecoderConfig()
-	h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{}, Candidate: parsers.Candidate,
-		Sink: sink, Committer: h.commit, Loader: sink, Metrics: h.m, Logger: zerolog.Nop(),
+	h.decoder = func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
+	h.cls, h.cand = &parsers.Lines{}, parsers.Candidate
+	deps := pipeline.RunnerDeps{
+		NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand,
+		Committer: h.commit, Metrics: h.m, Logger: zerolog.Nop(),
 		Now: func() time.Time { return h.now },
-	})
+	}
+	if sink != nil {
+		deps.Sink, deps.Loader = sink, sink
+	}
+	h.r = pipeline.NewRunner(cfg, deps)
 	return h
+}
+
+// next returns the next offset of part and advances it.
+func (h *harness) next(part int32) int64 {
+	off := h.offset[part]
+	h.offset[part]++
+	return off
 }
 
 func (h *harness) send(t testing.TB, part int32, key string, value []byte) {
