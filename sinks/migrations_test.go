@@ -288,3 +288,36 @@ func TestEnvColumnsSorted(t *testing.T) {
 		t.Errorf("values = %q; want %q", values, want)
 	}
 }
+
+// TestClickHouseMigrateConcurrent: several instances of `ncclwatch run`
+// starting together all migrate a fresh database; every one succeeds, the
+// schema is complete, and CheckSchema then finds nothing missing.
+func TestClickHouseMigrateConcurrent(t *testing.T) {
+	first := newTestClickHouse(t)
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := NewClickHouse(t.Context(), first.cfg)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_, err = c.Migrate(t.Context())
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Migrate() = %v", err)
+		}
+	}
+	if err := first.CheckSchema(t.Context()); err != nil {
+		t.Errorf("CheckSchema() after concurrent migrations = %v", err)
+	}
+	want := len(migrations(first.features))
+	if got := queryInt(t, first, "SELECT count() FROM "+first.cfg.Database+".schema_migrations FINAL"); got != uint64(want) {
+		t.Errorf("schema_migrations FINAL = %d rows; want %d", got, want)
+	}
+}

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"slices"
@@ -318,4 +320,110 @@ func diffRows(got, want []string) string {
 		}
 	}
 	return b.String()
+}
+
+// serveUntilError runs the service with cfg and returns serve's error and
+// how long it ran; the test fails when it is still running after limit.
+func serveUntilError(t *testing.T, cfg serviceConfig, limit time.Duration, during func(addr string)) (error, time.Duration, string) {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	log := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		done <- serve(ctx, cfg, newLogger(log, "info"), &serveHooks{started: func(s *serviceState) { addr <- s.addr }})
+	}()
+	if during != nil {
+		select {
+		case a := <-addr:
+			during(a)
+			start = time.Now()
+		case err := <-done:
+			return err, time.Since(start), log.String()
+		}
+	}
+	select {
+	case err := <-done:
+		return err, time.Since(start), log.String()
+	case <-time.After(limit):
+		cancel()
+		<-done
+		t.Fatalf("serve still running %v after the fault:\n%s", limit, log.String())
+		return nil, 0, ""
+	}
+}
+
+// TestIntegrationFatalStops: errors no retry fixes stop the service at
+// once, with a message that says what to change.
+func TestIntegrationFatalStops(t *testing.T) {
+	brokers, chAddr := itServers(t)
+
+	t.Run("schema missing with migrate off", func(t *testing.T) {
+		e := newITEnv(t, brokers, chAddr, 1)
+		cfg := e.config(t)
+		cfg.Migrate = false
+		err, took, log := serveUntilError(t, cfg, 10*time.Second, nil)
+		if err == nil || !pipeline.IsPermanent(err) || !strings.Contains(err.Error(), "ncclwatch migrate") {
+			t.Errorf("serve on a fresh database with migrate off = %v; want a permanent error naming `ncclwatch migrate`\n%s", err, log)
+		}
+		t.Logf("stopped after %v: %v", took.Round(time.Millisecond), err)
+	})
+
+	t.Run("schema older than the binary", func(t *testing.T) {
+		e := newITEnv(t, brokers, chAddr, 1)
+		if _, err := e.ch.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// Forget the newest migration: the schema is then one version old.
+		if err := e.exec(t.Context(), strings.ReplaceAll("DROP TABLE {db}.schema_migrations", "{db}", e.db)); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if err := e.exec(t.Context(), strings.ReplaceAll("CREATE TABLE {db}.schema_migrations (version UInt32, applied_at DateTime) ENGINE = ReplacingMergeTree ORDER BY version", "{db}", e.db)); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		cfg := e.config(t)
+		cfg.Migrate = false
+		err, _, log := serveUntilError(t, cfg, 10*time.Second, nil)
+		if err == nil || !strings.Contains(err.Error(), "lacks migrations") || !strings.Contains(err.Error(), "ncclwatch migrate") {
+			t.Errorf("serve on an old schema with migrate off = %v; want the missing migrations and the command\n%s", err, log)
+		}
+	})
+
+	t.Run("topic does not exist", func(t *testing.T) {
+		e := newITEnv(t, brokers, chAddr, 1)
+		cfg := e.config(t)
+		cfg.Kafka.Topics = []string{"ncclwatch-it-no-such-topic-" + randHex()}
+		err, took, log := serveUntilError(t, cfg, 20*time.Second, nil)
+		if err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("serve on a missing topic = %v; want it to say the topic does not exist\n%s", err, log)
+		}
+		t.Logf("stopped after %v: %v", took.Round(time.Millisecond), err)
+	})
+
+	t.Run("table dropped while running", func(t *testing.T) {
+		e := newITEnv(t, brokers, chAddr, 1)
+		cfg := e.config(t)
+		path := corpus + "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log"
+		err, took, log := serveUntilError(t, cfg, 20*time.Second, func(addr string) {
+			e.replayFile(t, "fatal-a", path)
+			e.waitVerdicts(t, map[string]verdictRow{"fatal-a": want(t, path)}, func() string { return "" })
+			if err := e.exec(t.Context(), strings.ReplaceAll("DROP TABLE {db}.nccl_events", "{db}", e.db)); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			e.replayFile(t, "fatal-b", path)
+		})
+		if err == nil || !pipeline.IsPermanent(err) || !strings.Contains(err.Error(), "nccl_events") ||
+			!strings.Contains(err.Error(), "ncclwatch migrate") {
+			t.Errorf("serve after its table was dropped = %v; want a permanent error naming the table and the fix\n%s", err, log)
+		}
+		if n := strings.Count(log, `"level":"error"`); n != 0 {
+			t.Errorf("serve logged %d errors itself; the caller logs the error once\n%s", n, log)
+		}
+		t.Logf("stopped %v after the second replay: %v", took.Round(time.Millisecond), err)
+	})
 }

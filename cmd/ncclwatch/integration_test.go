@@ -80,7 +80,7 @@ type itEnv struct {
 func newITEnv(t *testing.T, brokers []string, chAddr string, partitions int) *itEnv {
 	t.Helper()
 	suffix := randHex()
-	name := strings.ToLower(strings.TrimPrefix(t.Name(), "TestIntegration"))
+	name := strings.ToLower(strings.NewReplacer("/", "-", " ", "_").Replace(strings.TrimPrefix(t.Name(), "TestIntegration")))
 	e := &itEnv{brokers: brokers, chAddr: chAddr, topic: "ncclwatch-it-" + name + "-" + suffix,
 		group: "ncclwatch-it-" + name + "-" + suffix, db: "ncclwatch_it_" + suffix}
 	ctx, cancel := context.WithTimeout(context.Background(), itWait)
