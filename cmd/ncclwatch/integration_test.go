@@ -67,6 +67,9 @@ func randHex() string {
 
 // itEnv is one test's topic, group and database.
 type itEnv struct {
+	// private: the database is on a server of the test's own, removed
+	// with it; the cleanup does not drop it.
+	private bool
 	brokers []string
 	chAddr  string
 	topic   string
@@ -97,6 +100,10 @@ func newITEnv(t *testing.T, brokers []string, chAddr string, partitions int) *it
 	}
 	e.ch = ch
 	t.Cleanup(func() {
+		if e.private {
+			ch.Close() // the server and its data go with the test
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		// clickhouse-go reads the answer to DDL sent through Query as
