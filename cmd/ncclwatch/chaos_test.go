@@ -87,6 +87,19 @@ func TestIntegrationChaos(t *testing.T) {
     max_rows: 500
     max_wait: 100ms
 `
+	// Consumed everything: polled for up to 5 minutes (a loaded machine is
+	// slow, the check is exact).
+	consumed := func(what string, e *itEnv, dump func() string) {
+		t.Helper()
+		check := done(e)
+		deadline := time.Now().Add(5 * time.Minute)
+		for msg := check(); msg != ""; msg = check() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s\n%s", what, msg, dump())
+			}
+			time.Sleep(time.Second)
+		}
+	}
 	done := func(e *itEnv) func() string {
 		return func() string {
 			if c := committed(t, e); sum(c) != total {
@@ -99,7 +112,7 @@ func TestIntegrationChaos(t *testing.T) {
 	// The control: no faults.
 	config, addr := writeRunConfig(t, control, dir, chAddr, pipelineYAML)
 	p := startProcess(t, bin, config, filepath.Join(dir, "control.log"), addr)
-	eventually(t, "the control consumed everything", done(control), p.dump)
+	consumed("the control consumed everything", control, p.dump)
 	p.kill()
 
 	// The chaos run.
@@ -139,7 +152,7 @@ func TestIntegrationChaos(t *testing.T) {
 	for i := 1; i < kills; i++ {
 		kill(i)
 	}
-	eventually(t, "the chaos run consumed everything", done(chaos), p.dump)
+	consumed("the chaos run consumed everything", chaos, p.dump)
 	p.kill()
 
 	for _, table := range storedTables {

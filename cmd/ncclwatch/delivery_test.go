@@ -32,9 +32,10 @@ var storedTables = []string{"nccl_events", "dead_letters", "comm_summaries", "jo
 // volatile are the columns a comparison with a fault-free run leaves out:
 // ingest times say when a row was written, not what it holds; an alert
 // re-raised after a restart carries the times of the evaluation that
-// raised it again (the rules engine's state is not restored from storage),
-// so of alerts the subject, rule, state, labels and annotations count.
-var volatile = map[string]bool{"inserted_at": true, "updated_at": true,
+// raised it again (the rules engine's state is not restored from storage)
+// and annotations that describe the summary as it was then, so of alerts
+// the subject, rule, state and labels count.
+var volatile = map[string]bool{"inserted_at": true, "updated_at": true, "alerts.annotation_values": true,
 	"alerts.active_at": true, "alerts.fired_at": true, "alerts.resolved_at": true, "alerts.eval_time": true, "alerts.version": true}
 
 // tableRows returns every row of db.table FINAL as text, sorted, without
