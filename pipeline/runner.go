@@ -734,16 +734,9 @@ func (r *Runner) flush(ctx context.Context) error {
 	r.batch.Evicted = append(r.batch.Evicted[:0], evict...)
 	slices.Sort(r.batch.Evicted)
 	r.batch.Offsets = r.batch.Offsets[:0]
-	// Not past the first piece of a partial line, nor the first line of
-	// an nccl-tests run still open: a replay from the commit must see the
-	// whole line, the whole run, again to write the same rows.
-	hold := maps.Clone(r.pending)
-	r.tel.OpenRuns(func(s Source) {
-		k := partKey{s.Topic, s.Partition}
-		if h, ok := hold[k]; !ok || s.Offset < h {
-			hold[k] = s.Offset
-		}
-	})
+	// Not past the first piece of a partial line: a replay from the commit
+	// must see the whole line again.
+	hold := r.pending
 	for k, next := range r.offsets {
 		if h, ok := hold[k]; ok && h < next {
 			next = h

@@ -417,7 +417,6 @@ type series struct {
 // testRun is one nccl-tests run of a job.
 type testRun struct {
 	id         string
-	start      Source // its first line
 	collective string
 	version    string
 	gpu        string
@@ -436,17 +435,6 @@ type testRun struct {
 	wrong      float64
 	avg        float64
 	closed     bool
-}
-
-// OpenRuns calls fn with the first line of every nccl-tests run that has
-// not closed yet: a replay must start at or before it to see the run's
-// header again, so the run loop commits no further.
-func (a *TelemetryAssembler) OpenRuns(fn func(Source)) {
-	for _, j := range a.jobs {
-		if n := len(j.runs); n > 0 && !j.runs[n-1].closed {
-			fn(j.runs[n-1].start)
-		}
-	}
 }
 
 // Len returns the number of jobs held.
@@ -792,7 +780,7 @@ func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
 		j.runs = slices.Delete(j.runs, 0, 1)
 		j.dropped++
 	}
-	r := &testRun{id: coords(src), start: src, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
+	r := &testRun{id: coords(src), hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
 		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
 	j.runs = append(j.runs, r)
 	return r

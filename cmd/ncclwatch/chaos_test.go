@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,16 +21,24 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 )
 
-// chaosPoison are records that must each become exactly one dead letter.
-// The decoder-strictness kinds (truncated JSON, a `log` that is not a
-// string, raw NUL bytes in a JSON string) join this list with the envelope
-// decoder change of issue 8 item 2.
+// chaosPoison are records that must each become exactly one dead letter,
+// one of each kind the decoder rejects (README, Poison records): a bad
+// escape, truncated JSON, a `log` that is not a string, a raw NUL byte in a
+// string, and a record over pipeline.max_record_bytes. Each carries an NCCL
+// line that must not be read as text (no fake job).
 func chaosPoison(i int) []byte {
-	switch i % 2 {
+	line := fmt.Sprintf("h:1:1 [0] NCCL INFO Using network Socket poison-%d", i)
+	switch i % 5 {
 	case 0:
-		return []byte(fmt.Sprintf(`{"log":"h:1:1 [0] NCCL INFO Using network IB\q poison-%d","kubernetes":{"pod_name":"p"}}`, i))
+		return []byte(`{"log":"` + line + `\q","kubernetes":{"pod_name":"p"}}`)
+	case 1:
+		return []byte(`{"log":"` + line + `\n","kubernetes":{"pod_name":"chaos-poison-trunc`)
+	case 2:
+		return []byte(`{"log":7,"message":"` + line + `","job":"chaos-poison-lognum"}`)
+	case 3:
+		return []byte(`{"log":"` + line + "\x00" + `\n","job":"chaos-poison-nul"}`)
 	default:
-		return []byte(`{"log":"NCCL INFO ` + strings.Repeat("x", 70<<10) + fmt.Sprintf(` poison-%d"}`, i))
+		return []byte(`{"log":"` + line + " " + strings.Repeat("x", 70<<10) + `"}`)
 	}
 }
 
@@ -57,7 +66,7 @@ func TestIntegrationChaos(t *testing.T) {
 	jobs := genJobs(t, dir, nJobs, jobBytes)
 	jobs["chaos-megatron"] = "../../testdata/telemetry/026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log"
 	for job, path := range jobs {
-		n, _, err := replay(ctx, brokers, control.topic, 0, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
+		n, _, err := replay(ctx, io.Discard, brokers, control.topic, 4, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
 			Container: "trainer"}, 0, 1, []string{path})
 		if err != nil {
 			t.Fatalf("replay %s: %v", job, err)
@@ -87,6 +96,14 @@ func TestIntegrationChaos(t *testing.T) {
     max_rows: 500
     max_wait: 100ms
 `
+	done := func(e *itEnv) func() string {
+		return func() string {
+			if c := committed(t, e); sum(c) != total {
+				return fmt.Sprintf("committed %d of %d: %v", sum(c), total, c)
+			}
+			return ""
+		}
+	}
 	// Consumed everything: polled for up to 5 minutes (a loaded machine is
 	// slow, the check is exact).
 	consumed := func(what string, e *itEnv, dump func() string) {
@@ -98,14 +115,6 @@ func TestIntegrationChaos(t *testing.T) {
 				t.Fatalf("%s: %s\n%s", what, msg, dump())
 			}
 			time.Sleep(time.Second)
-		}
-	}
-	done := func(e *itEnv) func() string {
-		return func() string {
-			if c := committed(t, e); sum(c) != total {
-				return fmt.Sprintf("committed %d of %d: %v", sum(c), total, c)
-			}
-			return ""
 		}
 	}
 

@@ -209,7 +209,6 @@ func deliveryLife(t *testing.T, e *itEnv, sink pipeline.Consumer, msgs []pipelin
 	}
 	cfg := e.config(t).Pipeline
 	dcfg := parsers.DefaultDecoderConfig()
-	dcfg.Strict = true
 	cfg.MaxRecordBytes = 4096
 	com := &offsetLog{next: committed}
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{
