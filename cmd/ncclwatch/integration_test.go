@@ -104,7 +104,7 @@ func newITEnv(t *testing.T, brokers []string, chAddr string, partitions int) *it
 			ch.Close() // the server and its data go with the test
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second) // 18.16 drops slowly on a loaded machine
 		defer cancel()
 		// clickhouse-go reads the answer to DDL sent through Query as
 		// io.EOF from 18.16; whether the database is gone is what counts.
