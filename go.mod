@@ -6,7 +6,10 @@ require github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 
 require github.com/expr-lang/expr v1.17.8
 
-require github.com/kr/text v0.2.0 // indirect
+require (
+	github.com/kr/text v0.2.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+)
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect

@@ -249,6 +249,10 @@ func (d *Decoder) Reset() {
 	d.pendMeta = nil
 }
 
+// Pending reports whether a partial line is in progress: the records since
+// its first piece must be decoded again to rebuild it.
+func (d *Decoder) Pending() bool { return d.pend || d.skip }
+
 // Decode decodes one record (one line of a file or one Kafka message value,
 // without its trailing newline; one trailing "\n" is tolerated) and calls
 // emit once per complete log line it yields: zero times when the record was

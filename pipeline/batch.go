@@ -60,6 +60,40 @@ type Batch struct {
 	Checkpoints []CheckpointEvent
 	Offsets     []Offset
 	Bytes       int // approximate size, for batching by bytes
+
+	// Observations for the rules stage, not rows (see RunnerDeps.Observe):
+	// the nodes of each job in Jobs, the telemetry of jobs whose lines
+	// changed, sampled activity of jobs' pods, and the jobs (as JobKey)
+	// evicted once this batch is stored.
+	Nodes     []JobNodes
+	Telemetry []JobTelemetry
+	Activity  []Activity
+	Evicted   []string
+}
+
+// JobNodes are the Kubernetes nodes a job's records came from.
+type JobNodes struct {
+	Job   string // JobKey
+	Nodes []string
+}
+
+// JobTelemetry is a job's telemetry report (TelemetryAssembler.Report) and,
+// for a fabric canary, its pool.
+type JobTelemetry struct {
+	Job      string // JobKey
+	Tests    []NCCLTestReport
+	Training []TrainingReport
+	// Checkpoints are the job's checkpoint series
+	// (TelemetryAssembler.Checkpoints).
+	Checkpoints []CheckpointReport
+	CanaryPool  string
+}
+
+// Activity says that a job's pod logged at Time (NCCL or not): the absence
+// rules' evidence.
+type Activity struct {
+	Meta Meta
+	Time time.Time
 }
 
 // Len returns the number of rows in the batch.
@@ -71,6 +105,7 @@ func (b *Batch) Len() int {
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
+	b.Nodes, b.Telemetry, b.Activity, b.Evicted = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0]
 	b.Bytes = 0
 }
 

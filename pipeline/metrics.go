@@ -23,9 +23,9 @@ type Metrics struct {
 	BatchCapacity  prometheus.Gauge // max rows of a batch
 	Rebuilds       prometheus.Counter
 	RebuiltEvents  prometheus.Counter
-	SkippedReplays prometheus.Counter
 	Evictions      prometheus.Counter
 	Ready          prometheus.Gauge
+	SinkHealthy    prometheus.Gauge // 0 while a batch has not been stored for pipeline.sink_timeout
 	SourceQueue    prometheus.Gauge // records fetched, waiting for the runner
 	SourceQueueCap prometheus.Gauge
 	InvalidUTF8    prometheus.Counter // JSON text repaired by the decoder
@@ -52,9 +52,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BatchCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_batch_capacity_rows", Help: "Rows at which a batch is flushed (queue capacity)."}),
 		Rebuilds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_state_rebuilds_total", Help: "Assembler rebuilds from stored events after an assignment."}),
 		RebuiltEvents:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_state_rebuilt_events_total", Help: "Stored events replayed into the assembler."}),
-		SkippedReplays: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_replayed_records_skipped_total", Help: "Kafka records already stored before a restart, not folded in twice."}),
 		Evictions:      prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_jobs_evicted_total", Help: "Idle jobs evicted after their final summary was stored."}),
 		Ready:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_ready", Help: "1 when the pipeline is consuming and storing."}),
+		SinkHealthy:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_sink_healthy", Help: "0 while the sink has not stored a batch within pipeline.sink_timeout, else 1."}),
 		SourceQueue:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_length", Help: "Fetched Kafka records waiting for the runner."}),
 		SourceQueueCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_capacity", Help: "Capacity of the fetched-records queue."}),
 		InvalidUTF8: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_decoder_invalid_utf8_total",
@@ -62,6 +62,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.SkippedReplays, m.Evictions, m.Ready, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
+		m.Rebuilds, m.RebuiltEvents, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
 	return m
 }

@@ -1,13 +1,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +17,8 @@ import (
 )
 
 // Decoder turns one raw record into log lines; parsers.Decoder is the
-// implementation.
+// implementation. It keeps state between records (a CRI or Docker partial
+// line waits for its end), so the runner holds one per partition.
 type Decoder interface {
 	Decode(data []byte, emit func(*Record)) error
 	Flush(emit func(*Record))
@@ -38,6 +38,11 @@ type Message struct {
 type Partition struct {
 	Topic     string
 	Partition int32
+	// Committed is the group's committed offset, the first offset the
+	// source delivers, or -1 when none was committed. Assigned rebuilds
+	// state from the stored events below it: those records are not
+	// delivered again, while everything from it on is.
+	Committed int64
 }
 
 // Committer commits Kafka offsets; the Kafka source implements it.
@@ -80,8 +85,14 @@ type RunnerConfig struct {
 	JobLabels []string `yaml:"job_labels"`
 	// RetryBackoff and MaxBackoff pace retries of a batch the sink
 	// rejected; the stream waits meanwhile (back-pressure, never loss).
+	// This loop is the only place a batch is retried.
 	RetryBackoff time.Duration `yaml:"retry_backoff"`
 	MaxBackoff   time.Duration `yaml:"max_backoff"`
+	// SinkTimeout: a sink call that has not succeeded within it marks the
+	// service not ready (/readyz 503, ncclwatch_sink_healthy 0) and logs a
+	// warning, while the call goes on. A healthy batch insert takes well
+	// under a second; 5 s is an outage, not a slow insert.
+	SinkTimeout time.Duration `yaml:"sink_timeout"`
 	// ShutdownTimeout bounds the final flush and commit on SIGTERM.
 	ShutdownTimeout time.Duration   `yaml:"shutdown_timeout"`
 	Assembler       AssemblerConfig `yaml:"assembler"`
@@ -98,10 +109,13 @@ func DefaultRunnerConfig() RunnerConfig {
 		MaxDeadLetterBytes: 16 << 10,
 		JobLabels:          DefaultJobLabels,
 		RetryBackoff:       500 * time.Millisecond,
-		MaxBackoff:         30 * time.Second,
-		ShutdownTimeout:    20 * time.Second,
-		Assembler:          DefaultAssemblerConfig(),
-		Telemetry:          DefaultTelemetryAssemblerConfig(),
+		// 5 s: once the sink is back the stream resumes within seconds;
+		// one failed attempt every 5 s costs the server nothing.
+		MaxBackoff:      5 * time.Second,
+		SinkTimeout:     5 * time.Second,
+		ShutdownTimeout: 20 * time.Second,
+		Assembler:       DefaultAssemblerConfig(),
+		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
 }
 
@@ -126,6 +140,9 @@ func (c RunnerConfig) Validate() error {
 	if c.RetryBackoff <= 0 || c.MaxBackoff < c.RetryBackoff {
 		errs = append(errs, errors.New("pipeline.retry_backoff: must be > 0 and <= max_backoff"))
 	}
+	if c.SinkTimeout <= 0 {
+		errs = append(errs, errors.New("pipeline.sink_timeout: must be > 0"))
+	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("pipeline.shutdown_timeout: must be > 0"))
 	}
@@ -138,10 +155,15 @@ func (c RunnerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// RunnerDeps are the runner's collaborators. Sink is required; the others
-// may be nil.
+// RunnerDeps are the runner's collaborators. Sink and NewDecoder are
+// required; the others may be nil. There are no hooks: everything a later
+// stage needs (summaries, nodes, telemetry reports, activity, evictions)
+// travels in the Batch through Sink, the head of the stage chain.
 type RunnerDeps struct {
-	Decoder    Decoder
+	// NewDecoder makes one envelope decoder per partition, so that a
+	// partial line (CRI "P", Docker's 16 KiB split) joins across the
+	// records of its partition.
+	NewDecoder func() Decoder
 	Classifier Classifier
 	Candidate  func([]byte) bool // the prefilter; nil passes everything
 	Sink       Consumer
@@ -157,35 +179,19 @@ type RunnerDeps struct {
 	// it drops its state.
 	NewAssembler func(AssemblerConfig) NCCLAssembler
 
-	// OnFlush, if set, sees every stored job summary (the demo prints
-	// them; the rules engine evaluates them).
-	OnFlush func(jobs []JobSummary)
-	// OnJob, if set, sees each job's summaries and the Kubernetes nodes
-	// its records came from as a batch is built, before the sink stores
-	// it (the rules engine observes them; the alerts they cause go into
-	// the same batch).
-	OnJob func(sum JobSummary, comms []CommSummary, nodes []string)
-	// OnTelemetry, if set, sees the telemetry of each job whose NCCL or
-	// telemetry lines changed since the last batch and that has any (the
-	// key as JobKey, TelemetryAssembler.Report and Checkpoints, and the pool of a fabric
-	// canary, "" for other jobs), after OnJob and before the sink stores
-	// the batch. The slices are the callee's.
-	OnTelemetry func(job string, tests []NCCLTestReport, training []TrainingReport, checkpoints []CheckpointReport, canaryPool string)
-	// OnEvict, if set, is told the key (JobKey) of each job evicted after
-	// its final summary was stored.
-	OnEvict func(job string)
 	// Telemetry, if set, parses training-progress and nccl-tests lines
 	// (parsers.Telemetry); their rows go into Batch.Steps and
 	// Batch.TestRuns. The Candidate prefilter must pass such lines too.
 	Telemetry interface {
 		Parse(line []byte, tl *TelemetryLine) bool
 	}
-	// OnActivity, if set, is told that a job's pod logged (NCCL or not):
-	// the absence rules' evidence. Records without an NCCL candidate are
-	// decoded for it at most once per Kafka key (the job) every
-	// activitySample.
-	OnActivity func(meta Meta, t time.Time)
-	Now        func() time.Time
+	// Observe fills the batch's observations for the rules stage:
+	// Batch.Nodes, Batch.Telemetry (jobs whose lines changed and that have
+	// any) and Batch.Activity (a sample of each job's non-NCCL records, at
+	// most one per Kafka key every activitySample). Without it they are
+	// not computed.
+	Observe bool
+	Now     func() time.Time
 }
 
 type partKey struct {
@@ -193,18 +199,21 @@ type partKey struct {
 	part  int32
 }
 
-// Runner is the streaming service's core: it decodes Kafka records,
-// classifies them, assembles summaries, writes batches to the sink and
-// commits offsets only after the sink accepted the rows that hold them.
-// Message, Assigned and Revoked are called by the Kafka source's delivery
-// goroutine; Run flushes on time. All of them serialise on one mutex, so a
-// sink that blocks (ClickHouse down) blocks consumption too.
+// Runner is the streaming service's core: it decodes records, classifies
+// them, assembles summaries, hands batches to the sink chain and commits
+// offsets only after the chain accepted the rows that hold them.
+//
+// Run is the one loop: one goroutine, one select over the source's inputs
+// (records, assignments, revocations) and the flush timer; it owns retry,
+// commit and revoke. Message, Flush, Assigned and Revoked are its steps;
+// callers without a source (tests, tools) may call them directly instead
+// of Run, from one goroutine. Nothing of a Runner is safe for concurrent
+// use except Ready, LastSinkError, Jobs and Stopped.
 type Runner struct {
 	cfg  RunnerConfig
 	deps RunnerDeps
 	log  zerolog.Logger
 
-	mu       sync.Mutex
 	asm      NCCLAssembler
 	proc     *Processor
 	batch    Batch
@@ -212,7 +221,8 @@ type Runner struct {
 	telDirty map[string]bool      // jobs with telemetry lines since the last flush
 	touched  map[string]time.Time // processing time a job last got an event
 	offsets  map[partKey]int64    // next offsets covered by the open batch
-	skip     map[partKey]int64    // offsets below were folded in from storage
+	decoders map[partKey]Decoder  // one per partition: partial lines join within it
+	pending  map[partKey]int64    // offset of the first piece of a partition's partial line
 	namer    JobNamer
 	meta     Meta
 	cur      *Message
@@ -222,12 +232,19 @@ type Runner struct {
 	last     time.Time // last flush
 	draining bool
 	sampled  map[string]time.Time // Kafka key → last activity sample
-	// ready is read without mu: flush holds mu for as long as the sink
-	// refuses a batch, and /readyz must answer 503 meanwhile, not hang.
-	ready atomic.Bool
+	gen      context.Context      // the current generation (Assigned's ctx); nil without one
+
+	// Read by /readyz and the watchdog while the loop blocks in the sink.
+	failingSince atomic.Int64 // unix nanos of the first attempt of a batch not stored yet; 0 when none
+	lastErr      atomic.Pointer[error]
+	jobs         atomic.Int64
+	records      atomic.Int64
+	assigned     atomic.Bool   // an assignment is held
+	stopped      chan struct{} // closed when Run returns
 }
 
-// NewRunner returns a runner; cfg must be valid and deps.Sink set.
+// NewRunner returns a runner; cfg must be valid and deps.Sink and
+// deps.NewDecoder set.
 func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 	if deps.Tracer == nil {
 		deps.Tracer = noop.NewTracerProvider().Tracer("ncclwatch")
@@ -239,19 +256,20 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 		deps.Candidate = func([]byte) bool { return true }
 	}
 	r := &Runner{cfg: cfg, deps: deps, log: deps.Logger, namer: JobNamer{Labels: cfg.JobLabels},
-		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{}, skip: map[partKey]int64{}}
+		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{},
+		stopped: make(chan struct{})}
 	r.reset()
 	r.last = deps.Now()
-	// Ready until a batch fails: a runner that has stored nothing yet is not
-	// failing, and /readyz must not wait for the first max_wait.
-	r.ready.Store(true)
 	if m := deps.Metrics; m != nil {
 		m.BatchCapacity.Set(float64(cfg.Batch.MaxRows))
+		m.Ready.Set(1)
+		m.SinkHealthy.Set(1)
 	}
 	return r
 }
 
-// reset drops all assembled state.
+// reset drops all assembled state and the partial lines of every
+// partition.
 func (r *Runner) reset() {
 	r.asm = r.deps.NewAssembler(r.cfg.Assembler)
 	r.proc = NewProcessor(r.asm, r.deps.Classifier, func(rec *Record) string {
@@ -262,27 +280,212 @@ func (r *Runner) reset() {
 	r.dirty = map[string]bool{}
 	r.telDirty = map[string]bool{}
 	r.touched = map[string]time.Time{}
-	r.skip = map[partKey]int64{}
+	r.decoders = map[partKey]Decoder{}
+	r.pending = map[partKey]int64{}
+	r.jobs.Store(0)
 }
 
-// Ready reports whether the last batch was stored (for /readyz). It does
-// not wait for a flush in progress.
-func (r *Runner) Ready() bool { return r.ready.Load() }
+// Ready reports whether the sink is keeping up (for /readyz): false while
+// a batch has not been stored for SinkTimeout or longer. It does not wait
+// for a sink call in progress.
+func (r *Runner) Ready() bool { return r.healthy(time.Now()) }
+
+func (r *Runner) healthy(now time.Time) bool {
+	since := r.failingSince.Load()
+	return since == 0 || now.Sub(time.Unix(0, since)) < r.cfg.SinkTimeout
+}
+
+// LastSinkError returns the last error of the sink chain, nil when the
+// last batch was stored.
+func (r *Runner) LastSinkError() error {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Jobs returns the number of jobs held (for tests and /metrics).
-func (r *Runner) Jobs() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.asm.Len()
+func (r *Runner) Jobs() int { return int(r.jobs.Load()) }
+
+// Records returns the number of records processed.
+func (r *Runner) Records() int64 { return r.records.Load() }
+
+// HoldsAssignment reports whether the runner holds an assignment (for
+// /readyz): from an Assigned that succeeded to the next Revoked.
+func (r *Runner) HoldsAssignment() bool { return r.assigned.Load() }
+
+// InputKind says what an Input carries.
+type InputKind uint8
+
+const (
+	// InputMessage carries one record.
+	InputMessage InputKind = iota
+	// InputAssigned says the source got Partitions; Ctx is done when the
+	// generation ends. The loop rebuilds its state and answers on Done.
+	InputAssigned
+	// InputRevoked says Partitions are being taken away; Ctx expires when
+	// the group stops waiting. The loop stores and commits what it can
+	// before then, drops the rest (it is delivered again) and answers on
+	// Done.
+	InputRevoked
+)
+
+// Input is what a source sends the run loop, in order: an assignment, its
+// records, its revocation.
+type Input struct {
+	Kind       InputKind
+	Message    Message
+	Partitions []Partition
+	Ctx        context.Context
+	// Done, for assignments and revocations, gets the loop's answer; it
+	// must have room for one value.
+	Done chan<- error
 }
 
-// Message processes one Kafka record.
-func (r *Runner) Message(ctx context.Context, m Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// Stopped is closed when Run has returned; a source blocked on sending an
+// Input or waiting for an answer gives up then.
+func (r *Runner) Stopped() <-chan struct{} { return r.stopped }
+
+// Run is the run loop: it takes inputs from in until in is closed (the
+// source has stopped), flushing on size and on time, then stores and
+// commits what is open within ShutdownTimeout. ctx bounds the sink calls
+// of size and timer flushes; a source stops sending when ctx is done and
+// closes in. Run returns the first fatal error: a permanent sink error or
+// a failed rebuild. While it runs, a watchdog logs at warn when a batch
+// has not been stored for SinkTimeout and sets ncclwatch_sink_healthy.
+func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
+	defer close(r.stopped)
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watch(wctx)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
+
+	tick := time.NewTicker(max(r.cfg.Batch.MaxWait/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case x, ok := <-in:
+			if !ok {
+				return r.Drain()
+			}
+			if err := r.handle(ctx, x); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if r.deps.Now().Sub(r.last) < r.cfg.Batch.MaxWait {
+				continue
+			}
+			if err := r.flushNow(ctx); err != nil && fatal(err) {
+				return err
+			}
+		}
+	}
+}
+
+// flushCtx is the context of a size or timer flush: it ends with ctx or
+// with the generation, so that a rebalance during a sink outage stops the
+// retries and the revocation is honoured at once.
+func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.gen == nil {
+		return ctx, func() {}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.gen, cancel)
+	return fctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// flushNow is a size or timer flush.
+func (r *Runner) flushNow(ctx context.Context) error {
+	fctx, cancel := r.flushCtx(ctx)
+	defer cancel()
+	return r.flush(fctx)
+}
+
+// fatal reports whether a flush error stops the loop: a permanent one. A
+// flush cut short by its context keeps the batch for the next flush (or
+// drops it at the revocation).
+func fatal(err error) bool { return IsPermanent(err) }
+
+// handle is one step of the loop.
+func (r *Runner) handle(ctx context.Context, x Input) error {
+	switch x.Kind {
+	case InputAssigned:
+		err := r.Assigned(x.Ctx, x.Partitions)
+		x.Done <- err
+		if err != nil && x.Ctx.Err() == nil {
+			return err
+		}
+	case InputRevoked:
+		err := r.Revoked(x.Ctx, x.Partitions)
+		x.Done <- err
+		if err != nil && fatal(err) {
+			return err
+		}
+	default:
+		err := r.message(ctx, &x.Message)
+		if err != nil && fatal(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// watch sets the health gauges and logs an outage once it lasted
+// SinkTimeout, and its end.
+func (r *Runner) watch(ctx context.Context) {
+	t := time.NewTicker(max(r.cfg.SinkTimeout/10, 10*time.Millisecond))
+	defer t.Stop()
+	down := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok := r.healthy(time.Now())
+		if ok == !down {
+			continue
+		}
+		down = !ok
+		if m := r.deps.Metrics; m != nil {
+			v := 1.0
+			if down {
+				v = 0
+			}
+			m.SinkHealthy.Set(v)
+			m.Ready.Set(v)
+		}
+		if down {
+			ev := r.log.Warn().Dur("for", time.Since(time.Unix(0, r.failingSince.Load())))
+			if err := r.LastSinkError(); err != nil {
+				ev = ev.Err(err)
+			} else {
+				ev = ev.Str("error", "sink call still in progress")
+			}
+			ev.Msg("sink has not stored a batch within pipeline.sink_timeout; not ready, offsets stay uncommitted, retrying")
+		} else {
+			r.log.Info().Msg("sink stores batches again; ready")
+		}
+	}
+}
+
+// Message processes one record.
+func (r *Runner) Message(ctx context.Context, m Message) error { return r.message(ctx, &m) }
+
+func (r *Runner) message(ctx context.Context, m *Message) error {
 	if r.draining {
 		return errors.New("runner: draining")
 	}
+	r.records.Add(1)
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Records.Inc()
 		mt.Bytes.Add(float64(len(m.Value)))
@@ -290,31 +493,50 @@ func (r *Runner) Message(ctx context.Context, m Message) error {
 	k := partKey{m.Topic, m.Partition}
 	r.offsets[k] = m.Offset + 1
 	switch {
-	case m.Offset < r.skip[k]:
-		// Stored before a restart or rebalance and folded in from storage.
-		if mt := r.deps.Metrics; mt != nil {
-			mt.SkippedReplays.Inc()
-		}
 	case len(m.Value) > r.cfg.MaxRecordBytes:
-		r.deadLetter(&m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
-	case !r.deps.Candidate(m.Value):
-		if r.deps.OnActivity != nil {
-			r.activity(&m)
+		r.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
+	case !r.deps.Candidate(m.Value) && !r.partial(k):
+		if r.deps.Observe {
+			r.activity(m)
 		}
 	default:
-		r.cur, r.line = &m, 0
-		err := r.deps.Decoder.Decode(m.Value, r.emit)
-		r.deps.Decoder.Flush(r.emit)
+		dec := r.decoder(k)
+		r.cur, r.line = m, 0
+		err := dec.Decode(m.Value, r.emit)
 		r.cur = nil
+		if p, ok := dec.(interface{ Pending() bool }); ok && p.Pending() {
+			if _, held := r.pending[k]; !held {
+				r.pending[k] = m.Offset
+			}
+		} else {
+			delete(r.pending, k)
+		}
 		if err != nil {
-			r.deadLetter(&m, r.line, DeadLetterReason(err), err.Error())
+			r.deadLetter(m, r.line, DeadLetterReason(err), err.Error())
 		}
 	}
 	r.batch.Bytes += 16 // coordinates
 	if r.batch.Len() >= r.cfg.Batch.MaxRows || r.batch.Bytes >= r.cfg.Batch.MaxBytes {
-		return r.flush(ctx)
+		return r.flushNow(ctx)
 	}
 	return nil
+}
+
+// partial reports whether the partition has a partial line in progress:
+// its next pieces are decoded whatever the prefilter says of them.
+func (r *Runner) partial(k partKey) bool {
+	_, ok := r.pending[k]
+	return ok
+}
+
+// decoder returns the partition's decoder.
+func (r *Runner) decoder(k partKey) Decoder {
+	d := r.decoders[k]
+	if d == nil {
+		d = r.deps.NewDecoder()
+		r.decoders[k] = d
+	}
+	return d
 }
 
 // activitySample is how often one job's non-NCCL records are decoded to
@@ -326,7 +548,9 @@ const activitySample = 10 * time.Second
 // starts over (a burst of extra samples, never growth).
 const maxSampled = 100000
 
-// activity reports a sampled non-NCCL record of a job to OnActivity.
+// activity adds a sampled non-NCCL record of a job to Batch.Activity. It
+// decodes with a decoder of its own: a sample must not disturb a partial
+// line of the partition.
 func (r *Runner) activity(m *Message) {
 	now := r.deps.Now()
 	if r.sampled == nil {
@@ -352,10 +576,11 @@ func (r *Runner) activity(m *Message) {
 		if t.IsZero() {
 			t = m.Time
 		}
-		r.deps.OnActivity(meta, t)
+		r.batch.Activity = append(r.batch.Activity, Activity{Meta: meta, Time: t})
 	}
-	_ = r.deps.Decoder.Decode(m.Value, report) // an undecodable record is not evidence
-	r.deps.Decoder.Flush(func(*Record) {})
+	d := r.decoder(partKey{"\x00activity", 0})
+	_ = d.Decode(m.Value, report) // an undecodable record is not evidence
+	d.Flush(report)
 }
 
 // ErrOversized is the error a Decoder returns (wrapped or as is) for a
@@ -425,41 +650,18 @@ func (r *Runner) deadLetter(m *Message, line int32, reason, msg string) {
 	}
 }
 
-// Run flushes on time until ctx is done. The final flush and commit on
-// shutdown happen in Revoked, which the Kafka source calls while its
-// generation is still alive (or in Drain for callers without one).
-func (r *Runner) Run(ctx context.Context) error {
-	tick := time.NewTicker(r.cfg.Batch.MaxWait / 4)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			r.mu.Lock()
-			var err error
-			if r.deps.Now().Sub(r.last) >= r.cfg.Batch.MaxWait {
-				err = r.flush(ctx)
-			}
-			r.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
-				return err
-			}
-		}
-	}
-}
-
-// Drain stops accepting records and flushes what is open, within
-// ShutdownTimeout.
+// Drain stops accepting records, ends the partial lines in progress and
+// stores what is open, within ShutdownTimeout. It is the end of Run for a
+// source without generations (files); after a Kafka source's revocation
+// there is nothing left to store.
 func (r *Runner) Drain() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
-	defer cancel()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.draining {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownTimeout)
+	defer cancel()
 	r.draining = true
+	r.flushDecoders()
 	// Every held job gets its final summary.
 	for _, j := range r.asm.Jobs() {
 		r.dirty[j] = true
@@ -470,16 +672,26 @@ func (r *Runner) Drain() error {
 	return nil
 }
 
-// Flush stores and commits the open batch now.
-func (r *Runner) Flush(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.flush(ctx)
+// flushDecoders emits every partition's partial line as a complete line.
+func (r *Runner) flushDecoders() {
+	for k, d := range r.decoders {
+		if k.topic == "\x00activity" {
+			continue
+		}
+		m := Message{Topic: k.topic, Partition: k.part, Offset: r.offsets[k] - 1}
+		r.cur, r.line = &m, 0
+		d.Flush(r.emit)
+		r.cur = nil
+	}
 }
 
-// flush stores the open batch with its dirty jobs' summaries, retrying until
-// the sink accepts it (or ctx ends), then commits the offsets it covers and
-// evicts idle jobs. Called with r.mu held.
+// Flush stores and commits the open batch now.
+func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
+
+// flush builds the open batch's summaries and observations, hands it to the
+// sink chain, retrying until the chain accepts it (or ctx ends, or the error
+// is permanent), then commits the offsets it covers and evicts idle jobs.
+// When it returns an error the batch is kept whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
 	now := r.deps.Now()
 	r.last = now
@@ -490,15 +702,14 @@ func (r *Runner) flush(ctx context.Context) error {
 			r.dirty[job] = true
 		}
 	}
-	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 {
-		r.ready.Store(true)
+	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 {
+		r.stored()
 		return nil
 	}
-	jobs := make([]string, 0, len(r.dirty))
-	for j := range r.dirty {
-		jobs = append(jobs, j)
-	}
-	sort.Strings(jobs)
+	// Summaries and observations are rebuilt on every attempt sequence: a
+	// batch kept after a failed flush gets the latest state.
+	r.batch.Comms, r.batch.Jobs, r.batch.Nodes, r.batch.Telemetry = r.batch.Comms[:0], r.batch.Jobs[:0], r.batch.Nodes[:0], r.batch.Telemetry[:0]
+	jobs := slices.Sorted(maps.Keys(r.dirty))
 	for _, j := range jobs {
 		if inv := r.deps.Inventory; inv != nil {
 			e := inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
@@ -510,11 +721,11 @@ func (r *Runner) flush(ctx context.Context) error {
 		}
 		r.batch.Comms = append(r.batch.Comms, comms...)
 		r.batch.Jobs = append(r.batch.Jobs, sum)
-		if fn := r.deps.OnJob; fn != nil {
-			fn(sum, comms, r.asm.Nodes(j))
+		if r.deps.Observe {
+			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
 		}
 	}
-	if fn := r.deps.OnTelemetry; fn != nil {
+	if r.deps.Observe {
 		for j := range r.dirty {
 			r.telDirty[j] = true
 		}
@@ -523,58 +734,34 @@ func (r *Runner) flush(ctx context.Context) error {
 			ckpts := r.tel.Checkpoints(j)
 			pool, canary := r.tel.Canary(j)
 			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || canary {
-				fn(j, tests, training, ckpts, pool)
+				r.batch.Telemetry = append(r.batch.Telemetry, JobTelemetry{Job: j, Tests: tests, Training: training,
+					Checkpoints: ckpts, CanaryPool: pool})
 			}
 		}
 	}
+	r.batch.Evicted = append(r.batch.Evicted[:0], evict...)
+	slices.Sort(r.batch.Evicted)
 	r.batch.Offsets = r.batch.Offsets[:0]
+	// Not past the first piece of a partial line: a replay from the commit
+	// must see the whole line again.
+	hold := r.pending
 	for k, next := range r.offsets {
+		if h, ok := hold[k]; ok && h < next {
+			next = h
+		}
 		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: next})
 	}
-	sort.Slice(r.batch.Offsets, func(a, b int) bool {
-		x, y := r.batch.Offsets[a], r.batch.Offsets[b]
-		return x.Topic < y.Topic || x.Topic == y.Topic && x.Partition < y.Partition
+	slices.SortFunc(r.batch.Offsets, func(x, y Offset) int {
+		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
 	})
 
-	ctx, span := r.deps.Tracer.Start(ctx, "ncclwatch.batch")
-	span.SetAttributes(attribute.Int("events", len(r.batch.Events)), attribute.Int("jobs", len(r.batch.Jobs)),
-		attribute.Int("dead_letters", len(r.batch.DeadLetters)))
-	defer span.End()
-	backoff := r.cfg.RetryBackoff
-	for {
-		err := r.deps.Sink.Consume(ctx, &r.batch)
-		if err == nil {
-			break
-		}
-		r.ready.Store(false)
-		span.RecordError(err)
-		if mt := r.deps.Metrics; mt != nil {
-			mt.InsertErrors.Inc()
-			mt.Ready.Set(0)
-		}
-		if IsPermanent(err) {
-			return fmt.Errorf("store batch (permanent, fix the sink before restarting): %w", err)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("store batch: %w", ctx.Err())
-		}
-		r.log.Warn().Err(err).Dur("retry_in", backoff).Int("rows", r.batch.Len()).Msg("sink rejected batch; offsets stay uncommitted, retrying")
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("store batch: %w", ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, r.cfg.MaxBackoff)
-	}
-	r.ready.Store(true)
-	if mt := r.deps.Metrics; mt != nil {
-		mt.Ready.Set(1)
-		mt.BatchRows.Observe(float64(r.batch.Len()))
+	if err := r.store(ctx); err != nil {
+		return err
 	}
 	if c := r.deps.Committer; c != nil && len(r.batch.Offsets) > 0 {
 		if err := c.Commit(ctx, r.batch.Offsets); err != nil {
 			// The rows are stored; whoever owns the partition next replays
-			// from the last commit and storage deduplicates.
+			// from the last commit and storage folds the repeats.
 			r.log.Warn().Err(err).Msg("offset commit failed after a stored batch; a replay will be idempotent")
 			if mt := r.deps.Metrics; mt != nil {
 				mt.CommitErrors.Inc()
@@ -583,53 +770,123 @@ func (r *Runner) flush(ctx context.Context) error {
 			mt.Commits.Inc()
 		}
 	}
-	if fn := r.deps.OnFlush; fn != nil && len(r.batch.Jobs) > 0 {
-		fn(append([]JobSummary(nil), r.batch.Jobs...))
-	}
 	for _, j := range evict {
 		r.asm.Evict(j)
 		r.tel.Evict(j)
-		if fn := r.deps.OnEvict; fn != nil {
-			fn(j)
-		}
 		delete(r.touched, j)
 		if mt := r.deps.Metrics; mt != nil {
 			mt.Evictions.Inc()
 		}
 	}
+	r.dropBatch()
+	return nil
+}
+
+// store hands the batch to the sink chain until it is accepted: the one
+// retry loop of the service. It returns ctx's error when ctx ends first,
+// and a permanent error at once.
+func (r *Runner) store(ctx context.Context) error {
+	ctx, span := r.deps.Tracer.Start(ctx, "ncclwatch.batch")
+	span.SetAttributes(attribute.Int("events", len(r.batch.Events)), attribute.Int("jobs", len(r.batch.Jobs)),
+		attribute.Int("dead_letters", len(r.batch.DeadLetters)))
+	defer span.End()
+	if r.failingSince.Load() == 0 {
+		r.failingSince.Store(time.Now().UnixNano())
+	}
+	backoff := r.cfg.RetryBackoff
+	for {
+		err := r.deps.Sink.Consume(ctx, &r.batch)
+		if err == nil {
+			r.stored()
+			if mt := r.deps.Metrics; mt != nil {
+				mt.BatchRows.Observe(float64(r.batch.Len()))
+			}
+			return nil
+		}
+		r.lastErr.Store(&err)
+		span.RecordError(err)
+		if mt := r.deps.Metrics; mt != nil {
+			mt.InsertErrors.Inc()
+		}
+		if IsPermanent(err) {
+			return fmt.Errorf("store batch: %w", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
+		}
+		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", r.batch.Len()).Msg("sink rejected batch; retrying")
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, r.cfg.MaxBackoff)
+	}
+}
+
+// stored marks the sink healthy.
+func (r *Runner) stored() {
+	r.failingSince.Store(0)
+	r.lastErr.Store(nil)
+}
+
+// dropBatch empties the open batch and the offsets it covers.
+func (r *Runner) dropBatch() {
 	r.batch.Reset()
 	clear(r.dirty)
 	clear(r.telDirty)
 	clear(r.offsets)
+	r.jobs.Store(int64(r.asm.Len()))
 	if mt := r.deps.Metrics; mt != nil {
 		mt.JobsHeld.Set(float64(r.asm.Len()))
 		mt.BatchPending.Set(0)
 	}
-	return nil
 }
 
 // Assigned is called when the source got partitions: the assembler is
-// rebuilt from the events stored for them, and Kafka records already stored
-// are skipped when they are delivered again.
+// rebuilt from the events stored below each partition's committed offset.
+// Everything from that offset on is delivered again and processed as new;
+// storage folds the rows written before (every table is keyed by source
+// coordinates, or by summary key with a version that depends only on the
+// events folded in). Nothing is skipped: a batch is several inserts and a
+// crash can fall between them, so no one table says what was stored.
+// ctx is the generation's: size and timer flushes stop retrying when it
+// ends.
 func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.reset()
+	r.dropBatch()
+	r.gen = ctx
+	r.assigned.Store(false)
+	if err := r.rebuild(ctx, parts); err != nil {
+		return err
+	}
+	r.assigned.Store(true)
+	return nil
+}
+
+func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 	if r.deps.Loader == nil || len(parts) == 0 {
 		return nil
 	}
 	byTopic := map[string][]int32{}
+	below := map[partKey]int64{}
 	for _, p := range parts {
+		if p.Committed <= 0 {
+			continue // nothing committed: every stored event is delivered again
+		}
 		byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
+		below[partKey{p.Topic, p.Partition}] = p.Committed
 	}
 	since := r.deps.Now().Add(-r.cfg.IdleEvict)
 	var ev Event
 	n := 0
-	for topic, ps := range byTopic {
+	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
+		ps := byTopic[topic]
 		err := r.deps.Loader.LoadEvents(ctx, topic, ps, since, func(row EventRow) error {
-			k := partKey{row.Source.Topic, row.Source.Partition}
-			if row.Source.Offset+1 > r.skip[k] {
-				r.skip[k] = row.Source.Offset + 1
+			if row.Source.Offset >= below[partKey{row.Source.Topic, row.Source.Partition}] {
+				return nil // delivered again: folded in as it arrives
 			}
 			if p := r.deps.Telemetry; p != nil && p.Parse([]byte(row.Line), &r.tl) {
 				// Restores the job's network and NCCL ranks for its test
@@ -644,11 +901,9 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 			job := JobKey(row.Cluster, row.Namespace, row.Job)
 			r.asm.Add(job, &meta, &ev, row.Time)
 			r.touched[job] = r.deps.Now()
-			// A process that died between a batch's events insert and its
-			// summaries insert left events whose records are now skipped:
-			// only a rebuilt job's own summary can bring storage level.
-			// Versions are deterministic, so a rewrite of a stored
-			// summary changes nothing.
+			// The next batch carries the rebuilt job's summary: the same
+			// version and content as stored, so storage does not change,
+			// while the rules stage of this process learns of the job.
 			r.dirty[job] = true
 			n++
 			return nil
@@ -657,6 +912,7 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 			return fmt.Errorf("rebuild state for %s %v: %w", topic, ps, err)
 		}
 	}
+	r.jobs.Store(int64(r.asm.Len()))
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Rebuilds.Inc()
 		mt.RebuiltEvents.Add(float64(n))
@@ -666,16 +922,31 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 	return nil
 }
 
+// revokeMargin is kept from the revocation deadline for the answer to reach
+// the source and the source to leave the generation.
+const revokeMargin = 500 * time.Millisecond
+
 // Revoked is called before partitions are taken away: the open batch is
-// stored and committed while the generation is alive, and the state is
-// dropped (the next assignment rebuilds it).
+// stored and committed while the generation is alive, if the sink accepts
+// it before ctx's deadline; otherwise it is dropped (the records are
+// delivered again to the next owner). The state is dropped either way.
 func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, j := range r.asm.Jobs() {
 		r.dirty[j] = true
 	}
-	err := r.flush(ctx)
+	fctx := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithDeadline(ctx, d.Add(-revokeMargin))
+		defer cancel()
+	}
+	err := r.flush(fctx)
+	if err != nil {
+		r.log.Warn().Err(err).Int("rows", r.batch.Len()).Msg("revoked before the open batch was stored; dropped, the next owner replays it")
+	}
 	r.reset()
+	r.dropBatch()
+	r.gen = nil
+	r.assigned.Store(false)
 	return err
 }

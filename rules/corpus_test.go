@@ -228,8 +228,8 @@ func TestRulesRunnerBatchCarriesAlerts(t *testing.T) {
 	com := &commits{}
 	cfg := pipeline.DefaultRunnerConfig()
 	runner := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		Decoder: parsers.NewDecoder(parsers.DefaultDecoderConfig()), Classifier: &parsers.Lines{},
-		Candidate: parsers.Candidate, Sink: stage, Committer: com, Now: func() time.Time { return now },
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) }, Classifier: &parsers.Lines{},
+		Candidate: parsers.Candidate, Sink: stage, Committer: com, Now: func() time.Time { return now }, Observe: true,
 	})
 	b, err := os.ReadFile(filepath.Join(corpusDir, "051_socket_fallback_gke_a3_nccl2.22.3_net_socket_channels.log"))
 	if err != nil {
@@ -269,8 +269,8 @@ func TestRulesRunnerBatchCarriesAlerts(t *testing.T) {
 	}
 }
 
-// Through the real runner, wired as `ncclwatch run` wires it (OnJob,
-// OnTelemetry): fabric canaries' nccl-tests tables, sent as Fluent Bit
+// Through the real runner, wired as `ncclwatch run` wires it (the stage
+// reads the batch's summaries and telemetry): fabric canaries' nccl-tests tables, sent as Fluent Bit
 // records of labelled pods, become the canary view. The first ok run sets
 // the pool's baseline; a later run at half of it fires
 // NCCLCanaryBusBandwidthLow, but only once its table is complete.
@@ -287,17 +287,11 @@ func TestRulesRunnerCanaryTelemetry(t *testing.T) {
 	sink := &stageSink{}
 	stage := rules.NewStage(eng, sink, time.Minute, rules.StageDeps{Now: func() time.Time { return now }})
 	runner := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		Decoder: parsers.NewDecoder(parsers.DefaultDecoderConfig()), Classifier: &parsers.Lines{},
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) }, Classifier: &parsers.Lines{},
 		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: stage,
-		Now:   func() time.Time { return now },
-		OnJob: eng.Observe,
-		OnTelemetry: func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport,
-			ckpts []pipeline.CheckpointReport, pool string) {
-			cluster, namespace, name := pipeline.SplitJobKey(job)
-			eng.ObserveTelemetry(rules.Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
-				Training: training, Checkpoints: ckpts, CanaryPool: pool})
-		},
+		Now:     func() time.Time { return now },
+		Observe: true,
 	})
 	init, err := os.ReadFile(filepath.Join(corpusDir, "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log"))
 	if err != nil {

@@ -274,22 +274,42 @@ func (e *Engine) observe(sum *pipeline.JobSummary, comms []pipeline.CommSummary,
 	e.foldCanary(s)
 }
 
-// ObserveBatch observes every job summary of b with its communicators
-// (nodes as known before). b is not kept.
+// ObserveBatch folds in everything a batch says: its activity samples, its
+// job summaries with their communicators and nodes (as known before when
+// the batch names none), its telemetry reports, and its evicted jobs
+// (Forget). It is how the rules stage sees the stream: the runner has no
+// other door to the engine. b is not kept.
 func (e *Engine) ObserveBatch(b *pipeline.Batch) {
-	if len(b.Jobs) == 0 {
-		return
+	for i := range b.Activity {
+		a := &b.Activity[i]
+		e.ObserveActivity(Activity{Cluster: a.Meta.Cluster, Namespace: a.Meta.Namespace, Job: a.Meta.Job,
+			Node: a.Meta.Node, Pod: a.Meta.Pod, Time: a.Time})
 	}
-	byJob := map[string][]pipeline.CommSummary{}
-	for _, c := range b.Comms {
-		k := pipeline.JobKey(c.Cluster, c.Namespace, c.Job)
-		byJob[k] = append(byJob[k], c)
+	if len(b.Jobs) > 0 {
+		byJob := map[string][]pipeline.CommSummary{}
+		for _, c := range b.Comms {
+			k := pipeline.JobKey(c.Cluster, c.Namespace, c.Job)
+			byJob[k] = append(byJob[k], c)
+		}
+		nodes := map[string][]string{}
+		for _, n := range b.Nodes {
+			nodes[n.Job] = n.Nodes
+		}
+		e.mu.Lock()
+		for i := range b.Jobs {
+			j := &b.Jobs[i]
+			k := pipeline.JobKey(j.Cluster, j.Namespace, j.Job)
+			e.observe(j, byJob[k], nodes[k])
+		}
+		e.mu.Unlock()
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i := range b.Jobs {
-		j := &b.Jobs[i]
-		e.observe(j, byJob[pipeline.JobKey(j.Cluster, j.Namespace, j.Job)], nil)
+	for _, t := range b.Telemetry {
+		cluster, namespace, name := pipeline.SplitJobKey(t.Job)
+		e.ObserveTelemetry(Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: t.Tests,
+			Training: t.Training, Checkpoints: t.Checkpoints, CanaryPool: t.CanaryPool})
+	}
+	for _, k := range b.Evicted {
+		e.Forget(k)
 	}
 }
 

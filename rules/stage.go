@@ -161,8 +161,9 @@ func (s *Stage) Tick(ctx context.Context) error {
 
 // Setup is the whole of the rules' wiring for `ncclwatch run`: it loads
 // cfg.Files, builds the engine, the notifiers and the stage in front of
-// next. Run the stage's Run in the service's group, call Observe from the
-// runner's per-job hook and Forget from its eviction hook.
+// next. Run the stage's Run in the service's group; the stage sees the
+// stream through the batches it consumes (Engine.ObserveBatch), with the
+// runner's RunnerDeps.Observe on.
 func Setup(cfg ServiceConfig, next pipeline.Consumer, deps SetupDeps) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -47,12 +47,6 @@ type ClickHouseConfig struct {
 	// QueryTimeout bounds one statement: one insert attempt, one DDL
 	// statement, and each read of a streamed result.
 	QueryTimeout time.Duration `yaml:"query_timeout"`
-	// MaxRetries is how often an insert that failed transiently is tried
-	// again before Consume gives up; 0 tries once.
-	MaxRetries int `yaml:"max_retries"`
-	// RetryBackoff is the wait before the first retry; it doubles with
-	// each retry up to maxRetryBackoff.
-	RetryBackoff time.Duration `yaml:"retry_backoff"`
 	// Cluster, when set, makes every DDL statement ON CLUSTER Cluster. It
 	// may be a macro such as "{cluster}".
 	Cluster string `yaml:"cluster"`
@@ -61,10 +55,6 @@ type ClickHouseConfig struct {
 	// MaxDeadLetterBytes caps the stored raw bytes of a dead letter.
 	MaxDeadLetterBytes int `yaml:"max_dead_letter_bytes"`
 }
-
-// maxRetryBackoff caps the doubling retry wait: beyond 10 s a waiting
-// batch holds up its partitions for longer than a ClickHouse restart takes.
-const maxRetryBackoff = 10 * time.Second
 
 // DefaultClickHouseConfig returns the configuration ncclwatch runs with.
 func DefaultClickHouseConfig() ClickHouseConfig {
@@ -81,13 +71,9 @@ func DefaultClickHouseConfig() ClickHouseConfig {
 		// leaves the time to the retry loop, which may find another Addr.
 		DialTimeout: 5 * time.Second,
 		// One batch (thousands of rows, a few MiB) inserts in well under a
-		// second; 30 s means the server is stuck, not busy.
+		// second; 30 s means the server is stuck, not busy. The run loop
+		// reports an outage after pipeline.sink_timeout meanwhile.
 		QueryTimeout: 30 * time.Second,
-		// 5 retries from 500 ms wait 0.5+1+2+4+8 = 15.5 s in all: enough
-		// to ride out a server restart, short enough that the caller
-		// learns of an outage well within Kafka's poll interval.
-		MaxRetries:   5,
-		RetryBackoff: 500 * time.Millisecond,
 		// 4 KiB holds every NCCL INFO/WARN line seen in the corpus with
 		// room to spare; longer lines are topology dumps whose tail says
 		// nothing the classifier uses.
@@ -120,12 +106,6 @@ func (c ClickHouseConfig) Validate() error {
 	}
 	if c.QueryTimeout <= 0 {
 		errs = append(errs, errors.New("clickhouse.query_timeout: must be > 0"))
-	}
-	if c.MaxRetries < 0 {
-		errs = append(errs, errors.New("clickhouse.max_retries: must be >= 0"))
-	}
-	if c.MaxRetries > 0 && c.RetryBackoff <= 0 {
-		errs = append(errs, errors.New("clickhouse.retry_backoff: must be > 0 when max_retries > 0"))
 	}
 	if strings.ContainsAny(c.Cluster, "'\\\n\r\x00") || c.Cluster != strings.TrimSpace(c.Cluster) {
 		errs = append(errs, fmt.Errorf("clickhouse.cluster: %q must not contain quotes, backslashes, line breaks or surrounding spaces", c.Cluster))
@@ -163,7 +143,6 @@ func isIdentifier(s string) bool {
 type ClickHouseStats struct {
 	Batches  uint64 // batches accepted
 	Rows     uint64 // rows inserted, all tables
-	Retries  uint64 // table inserts tried again after a transient error
 	Failures uint64 // batches rejected (Consume returned an error)
 }
 
@@ -186,7 +165,7 @@ type ClickHouse struct {
 	version  string
 	features features // from version
 
-	batches, rows, retries, failures atomic.Uint64
+	batches, rows, failures atomic.Uint64
 }
 
 // NewClickHouse validates cfg, connects, and reads the server version,
@@ -285,18 +264,16 @@ func (c *ClickHouse) Stats() ClickHouseStats {
 	return ClickHouseStats{
 		Batches:  c.batches.Load(),
 		Rows:     c.rows.Load(),
-		Retries:  c.retries.Load(),
 		Failures: c.failures.Load(),
 	}
 }
 
 // Consume inserts the batch: events, dead letters, communicator summaries
-// and job summaries, one batch insert per non-empty table. A transient
-// failure (network, timeout, server overload) is retried with exponential
-// backoff up to MaxRetries, each time with a driver batch rebuilt from b. An
-// error that a retry cannot fix (a schema mismatch, a missing table, an
-// authorisation error) is returned at once, wrapped with pipeline.Permanent.
-// When ctx ends, Consume stops between attempts and returns ctx's error.
+// and job summaries, one batch insert per non-empty table, each tried once:
+// retrying is the run loop's job (pipeline.Runner), the one place retry
+// policy lives. An error that a retry cannot fix (a schema mismatch, a
+// missing table, an authorisation error) is wrapped with
+// pipeline.Permanent, with a hint of what to change.
 //
 // Tables inserted before a failing one keep their rows; resending the batch
 // is harmless, since storage folds rows with equal coordinates or keys.
@@ -319,7 +296,7 @@ func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
 	return nil
 }
 
-// insert writes one table's rows of b, retrying transient errors.
+// insert writes one table's rows of b.
 func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n int) error {
 	if c.features.DedupToken {
 		// The same token on every attempt: a retry of an insert that did
@@ -328,35 +305,27 @@ func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n 
 			"insert_deduplication_token": t.token(b),
 		}))
 	}
-	backoff := c.cfg.RetryBackoff
-	for attempt := 0; ; attempt++ {
-		start := time.Now()
-		err := c.insertOnce(ctx, t, b)
-		if c.OnInsert != nil {
-			c.OnInsert(t.name, n, time.Since(start), err)
-		}
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
-		}
-		if isPermanent(err) {
-			return pipeline.Permanent(fmt.Errorf("clickhouse insert %s: %w%s", t.name, err, hint(err)))
-		}
-		if attempt >= c.cfg.MaxRetries {
-			return fmt.Errorf("clickhouse insert %s: gave up after %d attempts: %w", t.name, attempt+1, err)
-		}
-		c.retries.Add(1)
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, maxRetryBackoff)
+	start := time.Now()
+	err := c.insertOnce(ctx, t, b)
+	if c.OnInsert != nil {
+		c.OnInsert(t.name, n, time.Since(start), err)
 	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
+	}
+	return classify(fmt.Errorf("clickhouse insert %s: %w", t.name, err))
+}
+
+// classify wraps err with pipeline.Permanent and a hint when no retry
+// fixes it: the one place ClickHouse errors are classified.
+func classify(err error) error {
+	if isPermanent(err) && !pipeline.IsPermanent(err) {
+		return pipeline.Permanent(fmt.Errorf("%w%s", err, hint(err)))
+	}
+	return err
 }
 
 // insertOnce makes a fresh driver batch from b and sends it. A driver batch

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 // features says which server features the schema and the inserts may use.
@@ -322,6 +324,29 @@ ORDER BY version`,
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// CheckSchema verifies that every migration of this binary is recorded in
+// the database, for a service started with migrations off. A missing
+// database or schema, or one older than the binary, is a permanent error
+// that names the command to run; a server that does not answer is a
+// transient one.
+func (c *ClickHouse) CheckSchema(ctx context.Context) error {
+	done, err := c.appliedMigrations(ctx)
+	if err != nil {
+		return classify(fmt.Errorf("clickhouse schema of database %s: %w", c.cfg.Database, err))
+	}
+	var missing []int
+	for _, m := range migrations(c.features) {
+		if !done[m.Version] {
+			missing = append(missing, m.Version)
+		}
+	}
+	if len(missing) > 0 {
+		return pipeline.Permanent(fmt.Errorf("clickhouse database %s lacks migrations %v of this ncclwatch: run `ncclwatch migrate --clickhouse %s --database %s`, or start with migrations on (migrate: true)",
+			c.cfg.Database, missing, strings.Join(c.cfg.Addr, ","), c.cfg.Database))
+	}
+	return nil
 }
 
 func (c *ClickHouse) exec(ctx context.Context, stmt string) error {

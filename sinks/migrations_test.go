@@ -192,8 +192,6 @@ func TestClickHouseConfigValidate(t *testing.T) {
 		{"digit database", func(c *ClickHouseConfig) { c.Database = "1db" }, `clickhouse.database: "1db"`},
 		{"dial", func(c *ClickHouseConfig) { c.DialTimeout = 0 }, "clickhouse.dial_timeout: must be > 0"},
 		{"query", func(c *ClickHouseConfig) { c.QueryTimeout = -time.Second }, "clickhouse.query_timeout: must be > 0"},
-		{"retries", func(c *ClickHouseConfig) { c.MaxRetries = -1 }, "clickhouse.max_retries: must be >= 0"},
-		{"backoff", func(c *ClickHouseConfig) { c.RetryBackoff = 0 }, "clickhouse.retry_backoff: must be > 0"},
 		{"cluster", func(c *ClickHouseConfig) { c.Cluster = "a'b" }, "clickhouse.cluster:"},
 		{"line", func(c *ClickHouseConfig) { c.MaxLineBytes = 0 }, "clickhouse.max_line_bytes: must be > 0"},
 		{"dead", func(c *ClickHouseConfig) { c.MaxDeadLetterBytes = 0 }, "clickhouse.max_dead_letter_bytes: must be > 0"},
@@ -209,10 +207,9 @@ func TestClickHouseConfigValidate(t *testing.T) {
 		}
 	}
 	cfg := DefaultClickHouseConfig()
-	cfg.MaxRetries, cfg.RetryBackoff = 0, 0
 	cfg.Cluster = "{cluster}"
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("no retries, macro cluster: Validate() = %v; want nil", err)
+		t.Errorf("macro cluster: Validate() = %v; want nil", err)
 	}
 }
 
@@ -289,5 +286,38 @@ func TestEnvColumnsSorted(t *testing.T) {
 	}
 	if want := []string{"INFO", "1", "eth0"}; !slices.Equal(values, want) {
 		t.Errorf("values = %q; want %q", values, want)
+	}
+}
+
+// TestClickHouseMigrateConcurrent: several instances of `ncclwatch run`
+// starting together all migrate a fresh database; every one succeeds, the
+// schema is complete, and CheckSchema then finds nothing missing.
+func TestClickHouseMigrateConcurrent(t *testing.T) {
+	first := newTestClickHouse(t)
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := NewClickHouse(t.Context(), first.cfg)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_, err = c.Migrate(t.Context())
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Migrate() = %v", err)
+		}
+	}
+	if err := first.CheckSchema(t.Context()); err != nil {
+		t.Errorf("CheckSchema() after concurrent migrations = %v", err)
+	}
+	want := len(migrations(first.features))
+	if got := queryInt(t, first, "SELECT count() FROM "+first.cfg.Database+".schema_migrations FINAL"); got != uint64(want) {
+		t.Errorf("schema_migrations FINAL = %d rows; want %d", got, want)
 	}
 }

@@ -71,6 +71,9 @@ func defaultServiceConfig() serviceConfig {
 		Log:        logConfig{Level: "info"},
 		Decoder:    decoderSettings{MaxLineBytes: 64 << 10},
 		Rules:      rules.DefaultServiceConfig(),
+		// Migrations apply at start: a fresh database works without a
+		// separate step; `migrate: false` leaves the schema to its owner.
+		Migrate: true,
 	}
 	c.Kafka.GroupID = "ncclwatch"
 	c.Kafka.Topics = []string{"training-logs"}

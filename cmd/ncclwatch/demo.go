@@ -164,7 +164,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
 			fmt.Fprintf(stdout, row, j.Job, j.Verdict, network, boolOrDash(j.GDR),
 				intOrDash(j.NNodes), intOrDash(j.NRanks), strings.Join(j.Reasons, "; "))
 		}
-		if len(printed) == len(demoJobs) && state != nil && state.delivered.Load() >= produced {
+		if len(printed) == len(demoJobs) && state != nil && state.runner.Records() >= produced {
 			settledOnce.Do(func() { close(settled) })
 		}
 	}

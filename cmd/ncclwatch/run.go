@@ -10,8 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
-	"sync/atomic"
+	"slices"
 	"syscall"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
@@ -63,7 +63,7 @@ func newServiceFlags(name string, stderr io.Writer) *serviceFlags {
 	f.fs.StringVar(&f.inventory, "inventory", "", "node inventory file, YAML or CSV, reloaded on change (env NCCLWATCH_INVENTORY)")
 	f.fs.StringVar(&f.cluster, "cluster", "", "cluster name for records that carry none (env NCCLWATCH_CLUSTER)")
 	f.fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (env NCCLWATCH_LOG_LEVEL)")
-	f.fs.BoolVar(&f.migrate, "migrate", false, "apply ClickHouse migrations at start (env NCCLWATCH_MIGRATE)")
+	f.fs.BoolVar(&f.migrate, "migrate", true, "apply ClickHouse migrations at start; --migrate=false checks the schema instead and stops when it is missing or old (env NCCLWATCH_MIGRATE)")
 	f.fs.StringVar(&f.expect, "expect", "", "default network class multi-node jobs expect: rdma, tcp or tcpx")
 	return f
 }
@@ -154,11 +154,10 @@ type serveHooks struct {
 
 // serviceState is what a running service exposes to hooks.
 type serviceState struct {
-	runner    *pipeline.Runner
-	rules     *rules.Stage // nil when no rules are loaded
-	source    *kafka.Source
-	delivered *atomic.Int64
-	addr      string
+	runner *pipeline.Runner // Records counts the records delivered
+	rules  *rules.Stage     // nil when no rules are loaded
+	source *kafka.Source
+	addr   string
 }
 
 // serve runs the service until ctx is done: Kafka source, runner, HTTP
@@ -187,12 +186,8 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 			return err
 		}
 		defer ch.Close()
-		if cfg.Migrate {
-			applied, err := ch.Migrate(ctx)
-			if err != nil {
-				return fmt.Errorf("migrate: %w", err)
-			}
-			log.Info().Ints("applied", applied).Str("server", ch.Version()).Msg("clickhouse migrations")
+		if err := prepareSchema(ctx, ch, cfg.Migrate, log); err != nil {
+			return err
 		}
 		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
 			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
@@ -253,41 +248,48 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	if err != nil {
 		return err
 	}
+	// The live jobs of the read API (and the demo's printer) are the last
+	// stage of the chain: they see what the sink accepted.
+	chain, onStored := sink, live.chain(hooks.onFlush)
+	sink = pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
+		if err := chain.Consume(ctx, b); err != nil {
+			return err
+		}
+		if len(b.Jobs) > 0 {
+			onStored(slices.Clone(b.Jobs))
+		}
+		return nil
+	})
+	newDecoder := func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
 	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		Decoder: parsers.NewDecoder(dcfg), Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
-		Telemetry: telemetry,
-		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
-		Logger: log, Tracer: tracer, OnFlush: live.chain(hooks.onFlush),
-	}
-	if stage != nil {
-		eng := stage.Engine()
-		deps.OnJob, deps.OnEvict = eng.Observe, eng.Forget
-		deps.OnActivity = func(m pipeline.Meta, t time.Time) {
-			eng.ObserveActivity(rules.Activity{Cluster: m.Cluster, Namespace: m.Namespace, Job: m.Job, Node: m.Node, Pod: m.Pod, Time: t})
-		}
-		deps.OnTelemetry = func(job string, tests []pipeline.NCCLTestReport, training []pipeline.TrainingReport,
-			checkpoints []pipeline.CheckpointReport, canaryPool string) {
-			cluster, namespace, name := pipeline.SplitJobKey(job)
-			eng.ObserveTelemetry(rules.Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
-				Training: training, Checkpoints: checkpoints, CanaryPool: canaryPool})
-		}
+		NewDecoder: newDecoder, Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
+		Telemetry: telemetry, Observe: stage != nil,
+		Sink: sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		Logger: log, Tracer: tracer,
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)
-	state := &serviceState{runner: runner, rules: stage, source: src, delivered: &atomic.Int64{}}
+	state := &serviceState{runner: runner, rules: stage, source: src}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
 	state.addr = ln.Addr().String()
-	var assigned atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	api.mount(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !assigned.Load() || !runner.Ready() {
-			http.Error(w, "not ready: waiting for a partition assignment or for the sink", http.StatusServiceUnavailable)
+		if !runner.HoldsAssignment() {
+			http.Error(w, "not ready: waiting for a partition assignment", http.StatusServiceUnavailable)
+			return
+		}
+		if !runner.Ready() {
+			msg := "not ready: the sink has not stored a batch within pipeline.sink_timeout"
+			if err := runner.LastSinkError(); err != nil {
+				msg += ": " + err.Error()
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
@@ -299,29 +301,33 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
 		Str("http", state.addr).Msg("ncclwatch run starting")
 
-	// The first part to fail stops the others (a refused SASL login or
-	// group ACL must end the process, not leave it serving /healthz).
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g := group{cancel: cancel}
-	g.go_(func() error {
-		h := &sourceHandler{r: runner, log: log, delivered: state.delivered, assigned: &assigned}
-		err := src.Run(ctx, h)
-		if err != nil && ctx.Err() != nil {
-			return nil
+	// One group over every long-lived part: the first to fail cancels the
+	// others, and serve returns that error once all have exited.
+	g, gctx := errgroup.WithContext(ctx)
+	// The source's queue into the run loop: bounded, so that a loop
+	// blocked on the sink stops the fetching (back-pressure).
+	in := make(chan pipeline.Input, cfg.Kafka.QueueCapacity)
+	g.Go(func() error {
+		retrying := func(err error) { log.Warn().Err(err).Msg("kafka: retrying") }
+		err := src.Emit(gctx, in, runner.Stopped(), retrying)
+		if errors.Is(err, kafka.ErrLoopStopped) {
+			return nil // the loop's own error is the one to report
 		}
-		return err
+		if err != nil {
+			return fmt.Errorf("kafka: %w", err)
+		}
+		return nil
 	})
-	g.go_(func() error { return runner.Run(ctx) })
+	g.Go(func() error { return runner.Run(gctx, in) })
 	if stage != nil {
-		g.go_(func() error { return stage.Run(ctx) })
+		g.Go(func() error { return stage.Run(gctx) })
 	}
-	g.go_(func() error {
+	g.Go(func() error {
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-gctx.Done():
 				return nil
 			case <-tick.C:
 				// Reset first: partitions revoked since the last tick must
@@ -331,8 +337,8 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 					metrics.ConsumerLag.WithLabelValues(tp.Topic, fmt.Sprint(tp.Partition)).Set(float64(lag))
 				}
 				n, c := src.QueueLen()
-				metrics.SourceQueue.Set(float64(n))
-				metrics.SourceQueueCap.Set(float64(c))
+				metrics.SourceQueue.Set(float64(n + len(in)))
+				metrics.SourceQueueCap.Set(float64(c + cap(in)))
 				if inv != nil {
 					if changed, err := inv.Reload(); err != nil {
 						log.Warn().Err(err).Msg("inventory reload failed; keeping the previous one")
@@ -343,86 +349,37 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 			}
 		}
 	})
-	g.go_(func() error {
+	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
 		}
 		return nil
 	})
-	g.go_(func() error {
-		<-ctx.Done()
+	g.Go(func() error {
+		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return srv.Shutdown(sctx)
 	})
-	return g.wait()
+	return g.Wait()
 }
 
-// group runs goroutines and returns the first error once all have exited.
-type group struct {
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
-	cancel context.CancelFunc // called on the first error
-}
-
-func (g *group) go_(fn func() error) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		if err := fn(); err != nil {
-			g.mu.Lock()
-			g.errs = append(g.errs, err)
-			g.mu.Unlock()
-			g.cancel()
+// prepareSchema applies the migrations (on) or checks that the schema is
+// the binary's (off); several instances migrating at once is safe, since
+// every statement is idempotent.
+func prepareSchema(ctx context.Context, ch *sinks.ClickHouse, migrate bool, log zerolog.Logger) error {
+	if !migrate {
+		if err := ch.CheckSchema(ctx); err != nil {
+			return fmt.Errorf("migrate is off: %w", err)
 		}
-	}()
-}
-
-func (g *group) wait() error {
-	g.wg.Wait()
-	return errors.Join(g.errs...)
-}
-
-// sourceHandler adapts the Kafka source's callbacks to the runner.
-type sourceHandler struct {
-	r         *pipeline.Runner
-	log       zerolog.Logger
-	delivered *atomic.Int64
-	assigned  *atomic.Bool
-}
-
-func partitions(parts []kafka.Partition) []pipeline.Partition {
-	out := make([]pipeline.Partition, len(parts))
-	for i, p := range parts {
-		out[i] = pipeline.Partition{Topic: p.Topic, Partition: p.Partition}
+		return nil
 	}
-	return out
-}
-
-func (h *sourceHandler) Assigned(ctx context.Context, parts []kafka.Partition) error {
-	h.log.Info().Int("partitions", len(parts)).Msg("partitions assigned")
-	err := h.r.Assigned(ctx, partitions(parts))
-	h.assigned.Store(err == nil)
-	return err
-}
-
-func (h *sourceHandler) Message(ctx context.Context, m kafka.Message) error {
-	err := h.r.Message(ctx, pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-		Key: m.Key, Value: m.Value, Time: m.Time})
-	h.delivered.Add(1)
-	return err
-}
-
-func (h *sourceHandler) Revoked(ctx context.Context, parts []kafka.Partition) {
-	h.assigned.Store(false)
-	if err := h.r.Revoked(ctx, partitions(parts)); err != nil {
-		h.log.Warn().Err(err).Msg("flush on revoke failed; the next owner replays from the last commit")
+	applied, err := ch.Migrate(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
-}
-
-func (h *sourceHandler) Retrying(err error) {
-	h.log.Warn().Err(err).Msg("kafka: retrying")
+	log.Info().Ints("applied", applied).Str("server", ch.Version()).Msg("clickhouse migrations")
+	return nil
 }
 
 // connectClickHouse retries the first connection for a while: in a fresh

@@ -203,6 +203,9 @@ func (s *Source) Run(ctx context.Context, h Handler) error {
 		close(done)
 	}()
 
+	if err := s.checkTopics(ctx); err != nil {
+		return err
+	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                     s.cfg.GroupID,
 		Brokers:                s.cfg.Brokers,
@@ -428,6 +431,41 @@ func (s *Source) read(ctx context.Context, p Partition, q chan<- Message, fatal,
 	}
 }
 
+// checkTopics fails with a permanent error when a broker says that one of
+// the configured topics does not exist: a consumer group on a missing topic
+// would wait forever for an assignment. A broker that cannot be reached is
+// left to the group's own retries.
+func (s *Source) checkTopics(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var conn *kafka.Conn
+	for _, b := range s.cfg.Brokers {
+		c, err := s.dialer.DialContext(cctx, "tcp", b)
+		if err == nil {
+			conn = c
+			break
+		}
+	}
+	if conn == nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	for _, topic := range s.cfg.Topics {
+		_, err := conn.ReadPartitions(topic)
+		if errors.Is(err, kafka.UnknownTopicOrPartition) {
+			return pipeline.Permanent(fmt.Errorf("kafka topic %q does not exist on %v: create it (ncclwatch replay creates its topic) or fix kafka.topics / --topic", topic, s.cfg.Brokers))
+		}
+		if err != nil {
+			var ke kafka.Error
+			if errors.As(err, &ke) && permanent(err) {
+				return pipeline.Permanent(fmt.Errorf("kafka metadata of %q: %w", topic, err))
+			}
+		}
+	}
+	return nil
+}
+
 // observe records the lag after m is delivered.
 func (s *Source) observe(m Message) {
 	s.mu.Lock()
@@ -589,4 +627,87 @@ func generationGone(err error) bool {
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// ErrLoopStopped is returned by the handler of Emit once the run loop has
+// returned: nothing takes the records any more.
+var ErrLoopStopped = errors.New("run loop stopped")
+
+// Emit runs the source (see Run) as the run loop's source: its
+// assignments, records and revocations go to out, in order, as
+// pipeline.Inputs, and Emit closes out when it returns. An assignment and a
+// revocation wait for the loop's answer (a revocation at most until its
+// deadline); stopped is the loop's Stopped channel, after which Emit stops
+// sending and returns. retrying, if set, hears of errors the source retries
+// by itself (see RetryObserver).
+func (s *Source) Emit(ctx context.Context, out chan<- pipeline.Input, stopped <-chan struct{}, retrying func(error)) error {
+	defer close(out)
+	return s.Run(ctx, &emitter{out: out, stopped: stopped, retrying: retrying})
+}
+
+// emitter is the Handler of Emit.
+type emitter struct {
+	out      chan<- pipeline.Input
+	stopped  <-chan struct{}
+	retrying func(error)
+}
+
+func toPipeline(parts []Partition) []pipeline.Partition {
+	out := make([]pipeline.Partition, len(parts))
+	for i, p := range parts {
+		out[i] = pipeline.Partition{Topic: p.Topic, Partition: p.Partition, Committed: p.CommittedOffset}
+	}
+	return out
+}
+
+// ask sends a control input and waits for the loop's answer, or for
+// limit to end.
+func (e *emitter) ask(kind pipeline.InputKind, ctx context.Context, parts []Partition, limit <-chan struct{}) error {
+	done := make(chan error, 1)
+	in := pipeline.Input{Kind: kind, Partitions: toPipeline(parts), Ctx: ctx, Done: done}
+	select {
+	case e.out <- in:
+	case <-e.stopped:
+		return ErrLoopStopped
+	case <-limit:
+		return context.Cause(ctx)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-e.stopped:
+		return ErrLoopStopped
+	case <-limit:
+		return context.Cause(ctx)
+	}
+}
+
+func (e *emitter) Assigned(ctx context.Context, parts []Partition) error {
+	// The rebuild honours ctx by itself; the answer always comes.
+	return e.ask(pipeline.InputAssigned, ctx, parts, nil)
+}
+
+func (e *emitter) Message(ctx context.Context, m Message) error {
+	in := pipeline.Input{Kind: pipeline.InputMessage, Message: pipeline.Message{Topic: m.Topic, Partition: m.Partition,
+		Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
+	select {
+	case e.out <- in:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stopped:
+		return ErrLoopStopped
+	}
+}
+
+func (e *emitter) Revoked(ctx context.Context, parts []Partition) {
+	// The loop stores what it can before ctx's deadline and drops the
+	// rest; waiting past the deadline would only delay the rebalance.
+	_ = e.ask(pipeline.InputRevoked, ctx, parts, ctx.Done())
+}
+
+func (e *emitter) Retrying(err error) {
+	if e.retrying != nil {
+		e.retrying(err)
+	}
 }

@@ -1,0 +1,221 @@
+package main
+
+// The fault-injection test of issue 8: one input, consumed once without
+// faults and once while `ncclwatch run` is SIGKILLed at random moments,
+// ClickHouse is paused and a second group member joins and leaves; every
+// table must end equal to the fault-free run's. NCCLWATCH_CHAOS_LONG=1 runs
+// the long form (more jobs, more kills, a longer pause).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+)
+
+// chaosPoison are records that must each become exactly one dead letter,
+// one of each kind the decoder rejects (README, Poison records): a bad
+// escape, truncated JSON, a `log` that is not a string, a raw NUL byte in a
+// string, and a record over pipeline.max_record_bytes. Each carries an NCCL
+// line that must not be read as text (no fake job).
+func chaosPoison(i int) []byte {
+	line := fmt.Sprintf("h:1:1 [0] NCCL INFO Using network Socket poison-%d", i)
+	switch i % 5 {
+	case 0:
+		return []byte(`{"log":"` + line + `\q","kubernetes":{"pod_name":"p"}}`)
+	case 1:
+		return []byte(`{"log":"` + line + `\n","kubernetes":{"pod_name":"chaos-poison-trunc`)
+	case 2:
+		return []byte(`{"log":7,"message":"` + line + `","job":"chaos-poison-lognum"}`)
+	case 3:
+		return []byte(`{"log":"` + line + "\x00" + `\n","job":"chaos-poison-nul"}`)
+	default:
+		return []byte(`{"log":"` + line + " " + strings.Repeat("x", 70<<10) + `"}`)
+	}
+}
+
+func TestIntegrationChaos(t *testing.T) {
+	brokers, _ := itServers(t)
+	long := os.Getenv("NCCLWATCH_CHAOS_LONG") == "1"
+	nJobs, jobBytes, kills, poison, pause := 8, int64(384<<10), 3, 40, 8*time.Second
+	if long {
+		nJobs, jobBytes, kills, poison, pause = 20, 4<<20, 10, 2000, 60*time.Second
+	}
+	chAddr, signal := privateClickHouse(t)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+
+	control := newITEnv(t, brokers, chAddr, 4)
+	chaos := newITEnv(t, brokers, chAddr, 4)
+	chaos.topic = control.topic // one input for both runs
+	control.private, chaos.private = true, true
+
+	// The input: generated jobs (NCCL init among trainer noise), one real
+	// training log, and poison records, on 4 partitions keyed by job.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var total int64
+	jobs := genJobs(t, dir, nJobs, jobBytes)
+	jobs["chaos-megatron"] = "../../testdata/telemetry/026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log"
+	for job, path := range jobs {
+		n, _, err := replay(ctx, io.Discard, brokers, control.topic, 4, replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0",
+			Container: "trainer"}, 0, 1, []string{path})
+		if err != nil {
+			t.Fatalf("replay %s: %v", job, err)
+		}
+		total += n
+	}
+	pcfg := kafka.DefaultProducerConfig()
+	pcfg.Brokers, pcfg.Topic = brokers, control.topic
+	prod, err := kafka.NewProducer(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []kafka.ProducerMessage
+	for i := range poison {
+		msgs = append(msgs, kafka.ProducerMessage{Key: []byte(fmt.Sprintf("poison-%d", i)), Value: chaosPoison(i)})
+	}
+	if err := prod.Produce(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	prod.Close()
+	total += int64(poison)
+	t.Logf("input: %d jobs, %d poison records, %d records in all", len(jobs), poison, total)
+
+	pipelineYAML := `pipeline:
+  max_record_bytes: 65536
+  batch:
+    max_rows: 500
+    max_wait: 100ms
+`
+	done := func(e *itEnv) func() string {
+		return func() string {
+			if c := committed(t, e); sum(c) != total {
+				return fmt.Sprintf("committed %d of %d: %v", sum(c), total, c)
+			}
+			return ""
+		}
+	}
+	// Consumed everything: polled for up to 5 minutes (a loaded machine is
+	// slow, the check is exact).
+	consumed := func(what string, e *itEnv, dump func() string) {
+		t.Helper()
+		check := done(e)
+		deadline := time.Now().Add(5 * time.Minute)
+		for msg := check(); msg != ""; msg = check() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s\n%s", what, msg, dump())
+			}
+			time.Sleep(time.Second)
+		}
+	}
+
+	// The control: no faults.
+	config, addr := writeRunConfig(t, control, dir, chAddr, pipelineYAML)
+	p := startProcess(t, bin, config, filepath.Join(dir, "control.log"), addr)
+	consumed("the control consumed everything", control, p.dump)
+	p.kill()
+
+	// The chaos run.
+	cdir := filepath.Join(dir, "chaos")
+	if err := os.MkdirAll(cdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config, addr = writeRunConfig(t, chaos, cdir, chAddr, pipelineYAML)
+	logPath := filepath.Join(cdir, "run.log")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
+	p = startProcess(t, bin, config, logPath, addr)
+	kill := func(i int) {
+		time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
+		p.kill()
+		t.Logf("kill %d: SIGKILL", i+1)
+		p = startProcess(t, bin, config, logPath, addr)
+	}
+	kill(0)
+	// ClickHouse paused while a second member joins (a rebalance), and
+	// resumed before it leaves (another).
+	second := chaos.config(t)
+	second.ClickHouse.Addr = []string{chAddr}
+	second.Pipeline.MaxRecordBytes = 65536
+	second.Pipeline.Batch.MaxRows = 500
+	member := startService(t, "second-member", second)
+	signal(syscall.SIGSTOP)
+	stalled := time.Now()
+	for readyz(addr) != 503 && time.Since(stalled) < pause {
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("ClickHouse paused: /readyz %d after %v", readyz(addr), time.Since(stalled).Round(10*time.Millisecond))
+	time.Sleep(pause - time.Since(stalled))
+	signal(syscall.SIGCONT)
+	time.Sleep(2 * time.Second)
+	member.stop(t)
+	t.Logf("ClickHouse resumed after %v; second member left", pause)
+	for i := 1; i < kills; i++ {
+		kill(i)
+	}
+	consumed("the chaos run consumed everything", chaos, p.dump)
+	p.kill()
+
+	for _, table := range storedTables {
+		want := tableRows(t, control.ch, control.db, table)
+		got := tableRows(t, chaos.ch, chaos.db, table)
+		if table == "comm_summaries" && os.Getenv("NCCLWATCH_CHAOS_STRICT_COMMS") != "1" {
+			// Known gap (README, Delivery): a communicator without a
+			// commId may be folded with fewer events after a restart,
+			// since launcher lines are not stored for the rebuild; its key
+			// set is compared, its content with the variable set.
+			want, got = commKeys(t, control), commKeys(t, chaos)
+		}
+		if d := diffRows(got, want); d != "" {
+			t.Errorf("%s: %d rows after the faults, %d in the fault-free run:\n%s", table, len(got), len(want), d)
+		} else {
+			t.Logf("%s: %d rows, equal to the fault-free run", table, len(got))
+		}
+	}
+	for name, e := range map[string]*itEnv{"control": control, "chaos": chaos} {
+		if n, err := e.count("SELECT count() FROM {db}.dead_letters FINAL"); err != nil || n != uint64(poison) {
+			t.Errorf("%s: dead_letters FINAL = %d, %v; want every poison record once (%d)", name, n, err, poison)
+		}
+		if n, err := e.count("SELECT count() FROM {db}.job_summaries FINAL WHERE job NOT IN ('" +
+			strings.Join(mapKeys(jobs), "','") + "')"); err != nil || n != 0 {
+			t.Errorf("%s: %d job summaries of jobs that are not in the input (%v); want none", name, n, err)
+		}
+	}
+}
+
+// commKeys returns the keys of comm_summaries FINAL, sorted.
+func commKeys(t *testing.T, e *itEnv) []string {
+	t.Helper()
+	var out []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := e.query(ctx, "SELECT cluster, namespace, job, comm_id FROM "+e.db+".comm_summaries FINAL ORDER BY cluster, namespace, job, comm_id",
+		func(scan func(...any) error) error {
+			var c, n, j, id string
+			if err := scan(&c, &n, &j, &id); err != nil {
+				return err
+			}
+			out = append(out, c+"/"+n+"/"+j+"/"+id)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mapKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

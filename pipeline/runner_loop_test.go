@@ -1,0 +1,250 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
+)
+
+// blockingSink fails every call until healed, each call after delay or
+// when ctx ends (a server that does not answer).
+type blockingSink struct {
+	mu     sync.Mutex
+	healed bool
+	calls  int
+	inner  *recordingSink
+	delay  time.Duration
+}
+
+func (s *blockingSink) called() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+func (s *blockingSink) heal() {
+	s.mu.Lock()
+	s.healed = true
+	s.mu.Unlock()
+}
+
+func (s *blockingSink) Consume(ctx context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	s.calls++
+	healed := s.healed
+	s.mu.Unlock()
+	if healed {
+		return s.inner.Consume(ctx, b)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(s.delay):
+		return errors.New("clickhouse: i/o timeout")
+	}
+}
+
+// TestRunLoopRevokeWhileSinkDown: a rebalance while the sink does not
+// answer is honoured before the revocation's deadline; the open batch is
+// dropped, nothing is committed, and the next assignment starts clean.
+func TestRunLoopRevokeWhileSinkDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &blockingSink{inner: &recordingSink{}, delay: 30 * time.Second}
+		h := newHarness(t, nil, nil)
+		h.r = pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
+		})
+		in := make(chan pipeline.Input, 8)
+		done := make(chan error, 1)
+		go func() { done <- h.r.Run(t.Context(), in) }()
+
+		gen, endGen := context.WithCancel(t.Context())
+		ask := func(kind pipeline.InputKind, ctx context.Context) error {
+			reply := make(chan error, 1)
+			in <- pipeline.Input{Kind: kind, Partitions: []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: -1}}, Ctx: ctx, Done: reply}
+			return <-reply
+		}
+		if err := ask(pipeline.InputAssigned, gen); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range corpusLines(t, fallback) {
+			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
+				Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
+		}
+		time.Sleep(3 * time.Second) // the timer flush is stuck in the sink
+		if sink.called() == 0 {
+			t.Fatal("the sink was never called")
+		}
+		// The rebalance: the generation ends, then the revocation with a
+		// 10 s deadline.
+		endGen()
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := ask(pipeline.InputRevoked, rctx)
+		if took := time.Since(start); took >= 10*time.Second {
+			t.Errorf("revocation answered after %v; want before its 10 s deadline", took)
+		}
+		if err == nil {
+			t.Error("Revoked = nil with the sink down; want the error of the dropped batch")
+		}
+		h.commit.mu.Lock()
+		if len(h.commit.commits) != 0 {
+			t.Errorf("committed %v with the sink down", h.commit.commits)
+		}
+		h.commit.mu.Unlock()
+		if h.r.HoldsAssignment() {
+			t.Error("still holds an assignment after the revocation")
+		}
+		// The next generation: records replayed from the last commit are
+		// stored once the sink is back.
+		sink.heal()
+		gen2, endGen2 := context.WithCancel(t.Context())
+		defer endGen2()
+		if err := ask(pipeline.InputAssigned, gen2); err != nil {
+			t.Fatal(err)
+		}
+		h.offset[0] = 0
+		for _, l := range corpusLines(t, fallback) {
+			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
+				Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if s, ok := sink.inner.latestJob("j"); !ok || s.Verdict != pipeline.VerdictSocketFallback {
+			t.Errorf("after the replay the job is %+v; want socket_fallback", s)
+		}
+	})
+}
+
+// TestRunLoopSinkHealth: a sink call that has not succeeded within
+// SinkTimeout makes the runner not ready and the gauge 0, while the loop
+// keeps retrying; the first stored batch makes it ready again.
+func TestRunLoopSinkHealth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &blockingSink{inner: &recordingSink{}, delay: 2 * time.Second}
+		h := newHarness(t, nil, nil)
+		cfg := pipeline.DefaultRunnerConfig()
+		h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink, Metrics: h.m,
+		})
+		in := make(chan pipeline.Input, 8)
+		done := make(chan error, 1)
+		go func() { done <- h.r.Run(t.Context(), in) }()
+		in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Offset: 0, Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
+
+		time.Sleep(cfg.Batch.MaxWait + cfg.SinkTimeout/2)
+		synctest.Wait()
+		if !h.r.Ready() {
+			t.Errorf("not ready %v into the outage; want ready until sink_timeout %v", cfg.SinkTimeout/2, cfg.SinkTimeout)
+		}
+		time.Sleep(cfg.SinkTimeout)
+		synctest.Wait()
+		if h.r.Ready() {
+			t.Error("ready after the sink failed for longer than sink_timeout")
+		}
+		if g := testutil.ToFloat64(h.m.SinkHealthy); g != 0 {
+			t.Errorf("ncclwatch_sink_healthy = %v during the outage; want 0", g)
+		}
+		if err := h.r.LastSinkError(); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
+			t.Errorf("LastSinkError = %v; want the sink's error", err)
+		}
+		sink.heal()
+		time.Sleep(cfg.MaxBackoff + 3*time.Second)
+		synctest.Wait()
+		if !h.r.Ready() || testutil.ToFloat64(h.m.SinkHealthy) != 1 {
+			t.Errorf("after the sink healed: ready %v, gauge %v; want ready, 1", h.r.Ready(), testutil.ToFloat64(h.m.SinkHealthy))
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestRunLoopPermanentErrorStops: a permanent sink error ends Run with it.
+func TestRunLoopPermanentErrorStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil, nil)
+		sink := pipeline.ConsumerFunc(func(context.Context, *pipeline.Batch) error {
+			return pipeline.Permanent(errors.New("clickhouse: Table ncclwatch.nccl_events doesn't exist"))
+		})
+		h.r = pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink,
+		})
+		in := make(chan pipeline.Input, 1)
+		in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
+		err := h.r.Run(t.Context(), in)
+		if !pipeline.IsPermanent(err) || !strings.Contains(err.Error(), "doesn't exist") {
+			t.Errorf("Run = %v; want the permanent error", err)
+		}
+		select {
+		case <-h.r.Stopped():
+		default:
+			t.Error("Stopped not closed after Run returned")
+		}
+	})
+}
+
+// TestRunnerPartialLinesAcrossRecords: CRI "P" pieces of one line in
+// separate records of a partition are joined, although records of another
+// partition come in between; the commit stops at the first piece of a line
+// still open, and a revocation drops the pieces.
+func TestRunnerPartialLinesAcrossRecords(t *testing.T) {
+	sink := &recordingSink{}
+	h := newHarness(t, sink, nil)
+	ts := "2025-11-29T12:00:00.000000000Z stdout "
+	h.send(t, 0, "a", []byte(ts+"P h1:10:10 [0] NCCL INFO Using "))
+	h.send(t, 1, "b", []byte(ts+"F h2:20:20 [0] NCCL INFO Using network Socket"))
+	h.send(t, 0, "a", []byte(ts+"P network "))
+	h.send(t, 1, "b", []byte(ts+"P h2:20:20 [0] NCCL INFO NET/IB : No "))
+	h.send(t, 0, "a", []byte(ts+"F IB"))
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, e := range sink.events {
+		lines = append(lines, e.Line)
+	}
+	joined := "h1:10:10 [0] NCCL INFO Using network IB"
+	if !strings.Contains(strings.Join(lines, "\n"), joined) {
+		t.Errorf("stored lines %q; want %q joined from three records", lines, joined)
+	}
+	for _, e := range sink.events {
+		if e.Line == joined && (e.Source.Partition != 0 || e.Source.Offset != 2) {
+			t.Errorf("joined line stored at %+v; want partition 0 offset 2 (the record that completed it)", e.Source)
+		}
+	}
+	commits := map[int32]int64{}
+	for _, o := range h.commit.commits[len(h.commit.commits)-1] {
+		commits[o.Partition] = o.Next
+	}
+	if commits[0] != 3 || commits[1] != 1 {
+		t.Errorf("committed %v; want partition 0 at 3 and partition 1 at 1 (its open line began at offset 1)", commits)
+	}
+	if err := h.r.Revoked(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// A new owner replays partition 1 from offset 1: its line starts over.
+	h.offset[1] = 1
+	h.send(t, 1, "b", []byte(ts+"P h2:20:20 [0] NCCL INFO NET/IB : No "))
+	h.send(t, 1, "b", []byte(ts+"F device found."))
+	if err := h.r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := sink.events[len(sink.events)-1]
+	if last.Line != "h2:20:20 [0] NCCL INFO NET/IB : No device found." {
+		t.Errorf("line after the revocation = %q; want it joined from the replayed pieces only", last.Line)
+	}
+}
