@@ -137,7 +137,8 @@ func (s *Stage) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Int("alerts", len(s.unstored)).Msg("storing alert changes failed; kept for the next batch")
+				// The count is in err: s.unstored is read only under s.mu.
+				s.log.Warn().Err(err).Msg("storing alert changes failed; kept for the next batch")
 			}
 		}
 	}
@@ -153,7 +154,7 @@ func (s *Stage) Tick(ctx context.Context) error {
 	}
 	b := &pipeline.Batch{Alerts: s.unstored}
 	if err := s.next.Consume(ctx, b); err != nil {
-		return fmt.Errorf("store alerts: %w", err)
+		return fmt.Errorf("store %d alert changes: %w", len(s.unstored), err)
 	}
 	s.storedLocked()
 	return nil
