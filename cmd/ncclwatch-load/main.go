@@ -21,7 +21,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ncclwatch/ncclwatch/internal/loadtest"
+	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/ncclwatch/ncclwatch/internal/loadtest"
+	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 

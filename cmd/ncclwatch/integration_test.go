@@ -32,7 +32,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/loadtest"
+	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
