@@ -139,12 +139,12 @@ func TestIntegrationLoad(t *testing.T) {
 		t.Skip("NCCLWATCH_TEST_KAFKA and NCCLWATCH_TEST_CLICKHOUSE not set")
 	}
 	bin := filepath.Join(t.TempDir(), "ncclwatch")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/ncclwatch").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/ncclwatch").CombinedOutput(); err != nil {
 		t.Fatalf("go build ncclwatch: %v\n%s", err, out)
 	}
 	o := DefaultOptions()
 	o.Brokers, o.ClickHouse = strings.Split(k, ","), []string{chAddr}
-	o.NCCLWatch, o.KafkaTool, o.Peer = bin, []string{"../../deploy/local/kafka.sh", "tool"}, true
+	o.NCCLWatch, o.KafkaTool, o.Peer = bin, []string{"../../../deploy/local/kafka.sh", "tool"}, true
 	o.Records, o.Jobs, o.Partitions, o.Producers = 10000, 8, 4, 2
 	o.LatRate, o.LatDuration, o.Timeout = 2000, time.Second, 3*time.Minute
 	if err := o.Validate(); err != nil {
