@@ -286,6 +286,7 @@ var censusCases = map[string]censusCase{
 	"connected":        censusConnected,
 	"comm_nodes":       censusComm,
 	"comm":             censusComm,
+	"coll_trace":       censusCollTrace,
 	"init_timings":     censusInitTimings,
 	"env":              censusEnv,
 	"gdr":              censusGDR,
@@ -347,6 +348,16 @@ func censusNetwork(t *testing.T, f censusFormat) []censusVariant {
 func censusIBDevices(t *testing.T, f censusFormat) []censusVariant {
 	// "NET/IB : Using%s ; OOB %s:%s" (≤ 2.11) and "NET/IB : Using%s %s; OOB
 	// %s:%s" (≥ 2.12, the second %s is " [RO]" or empty).
+	if strings.HasPrefix(f.Format, "NET/IB: [%d] ") {
+		// ≤ 2.3: one line per device, "NET/IB: [%d] %s:%d/%s " (trailing
+		// space as printed).
+		var vs []censusVariant
+		for _, ll := range []string{"IB", "RoCE"} {
+			vs = append(vs, censusVariant{name: ll, val: withInts(strs("mlx5_1", ll), map[int]any{0: 2, 2: 1}),
+				want: all(kind(pipeline.EventIBDevices), field("Name", name, "IB"), field("Value", value, "[2] mlx5_1:1/"+ll))})
+		}
+		return vs
+	}
 	ro := strings.Contains(f.Format, "Using%s %s;")
 	type dl struct{ list, want string }
 	lists := []dl{
@@ -749,6 +760,21 @@ func censusComm(t *testing.T, f censusFormat) []censusVariant {
 	return vs
 }
 
+// censusCollTrace: the COLL trace of each collective call names its
+// communicator and that communicator's size, "[nranks=%d]", but no rank.
+func censusCollTrace(t *testing.T, f censusFormat) []censusVariant {
+	want := all(kind(pipeline.EventComm), num("NRanks", nr, cNRanks), num("Rank", rank, -1),
+		field("CommPtr", func(e *pipeline.Event) string { return string(e.CommPtr) }, fmt.Sprintf("%#x", cPtr)))
+	if !strings.HasPrefix(f.Format, "%s: ") {
+		return []censusVariant{{name: "default", want: want}}
+	}
+	var vs []censusVariant
+	for _, op := range []string{"AllReduce", "ReduceScatter", "Send", "Recv", "AllToAll"} {
+		vs = append(vs, censusVariant{name: op, val: strs(op), want: want})
+	}
+	return vs
+}
+
 func censusInitTimings(t *testing.T, f censusFormat) []censusVariant {
 	return []censusVariant{{name: "default", val: strs("ncclCommInitRank"),
 		want: all(kind(pipeline.EventInitTimings), num("Rank", rank, cRank), num("NRanks", nr, cNRanks))}}
@@ -1127,7 +1153,9 @@ func TestCensusCoversCorpus(t *testing.T) {
 		s = strings.TrimRight(s, " \r")
 		n++
 		for _, r := range rows {
-			if matchC(r.Format, s) || (r.Level == "PART" && matchC(r.Format+"%s", s)) {
+			// s has its trailing spaces cut, so the format has too ("NET/IB:
+			// [%d] %s:%d/%s ", 2.3.7).
+			if fm := strings.TrimRight(r.Format, " "); matchC(fm, s) || (r.Level == "PART" && matchC(fm+"%s", s)) {
 				return
 			}
 		}

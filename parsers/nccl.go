@@ -25,6 +25,9 @@ var (
 	tokSideband  = []byte("for sideband")
 	tokGDREnable = []byte("GPU Direct RDMA Enabled")
 	tokGDRDisabl = []byte("GPU Direct RDMA Disabled")
+	tokOpCount   = []byte(": opCount ")
+	tokCommPtr   = []byte(" comm 0x")
+	tokNRanksEq  = []byte("[nranks=")
 )
 
 // NCCL parses NCCL debug lines into events. The zero value is ready to use
@@ -418,6 +421,9 @@ func parseMessage(msg []byte, ev *pipeline.Event) {
 		parseChannelCounts(msg, ev)
 		return
 	}
+	if msg[0] >= 'A' && msg[0] <= 'Z' && parseCollTrace(msg, ev) {
+		return
+	}
 	if warn {
 		ev.Kind = pipeline.EventWarn
 		ev.Value = msg
@@ -498,8 +504,65 @@ func parseNetIB(rest []byte, ev *pipeline.Event) bool {
 	case hasPrefix(rest, "GPU Direct RDMA "):
 		parseGDR(rest, ev)
 		return true
+	case len(rest) > 3 && rest[0] == '[' && isDigit(rest[1]):
+		// ≤ 2.3 prints one line per device it found, as the ≥ 2.4 list does
+		// in one: "NET/IB: [0] mlx5_1:1/IB" (corpus 264).
+		if e := bytes.IndexByte(rest, ']'); e > 1 && isNumber(rest[1:e]) && bytes.IndexByte(rest[e:], ':') > 0 {
+			ev.Kind = pipeline.EventIBDevices
+			ev.Value = rest
+			ev.Name = nameIB
+			return true
+		}
 	}
 	return false
+}
+
+// parseCollTrace reads the COLL subsystem's trace of each collective call,
+// "AllReduce: opCount 0 sendbuff 0x… recvbuff 0x… count 8 datatype 7 op 0
+// root 0 comm 0x7fc030000d00 [nranks=2] stream 0x…" (every release; corpus
+// 261): the communicator pointer and its size, without a rank.
+func parseCollTrace(msg []byte, ev *pipeline.Event) bool {
+	head := msg
+	if len(head) > 32 {
+		head = head[:32]
+	}
+	i := bytes.Index(head, tokOpCount)
+	if i <= 0 {
+		return false
+	}
+	for _, c := range msg[:i] {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || isDigit(c)) {
+			return false
+		}
+	}
+	rest := msg[i+len(tokOpCount):]
+	c := bytes.Index(rest, tokCommPtr)
+	if c < 0 {
+		return false
+	}
+	ptr := rest[c+len(" comm "):]
+	sp := bytes.IndexByte(ptr, ' ')
+	if sp < 0 {
+		return false
+	}
+	ptr, rest = ptr[:sp], ptr[sp:]
+	n := bytes.Index(rest, tokNRanksEq)
+	if n < 0 {
+		return false
+	}
+	num := rest[n+len(tokNRanksEq):]
+	e := bytes.IndexByte(num, ']')
+	if e < 0 {
+		return false
+	}
+	v, ok := atoi(num[:e])
+	if !ok || v <= 0 {
+		return false
+	}
+	ev.Kind = pipeline.EventComm
+	ev.CommPtr = ptr
+	ev.NRanks = v
+	return true
 }
 
 // parseNetOther reads NET/<name> lines other than NET/IB and NET/Plugin:
