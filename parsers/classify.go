@@ -90,6 +90,10 @@ func (l *Lines) classify(text []byte, ev *pipeline.Event) bool {
 	return true
 }
 
+// NextMessage returns where a second NCCL message glued behind the first
+// starts in text, or -1 (pipeline.MessageSplitter; see NextMessage).
+func (l *Lines) NextMessage(text []byte) int { return NextMessage(text) }
+
 // Parse reports whether line is a telemetry line and fills tl, as
 // Telemetry.Parse does. For the line Classify saw last (the same slice)
 // it returns what Classify found, without parsing again.

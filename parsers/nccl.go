@@ -71,6 +71,72 @@ func (NCCL) Parse(line []byte, ev *pipeline.Event) bool {
 	return true
 }
 
+// NextMessage returns where a second NCCL message starts in line: the
+// "host:pid:tid [dev] NCCL INFO|WARN " header of a message glued behind the
+// first (a terminal-wrapped paste joins several on one physical line,
+// corpus 210), or -1. Only a complete header after a space, with a plain
+// hostname and numeric pid, tid and device, splits a line.
+func NextMessage(line []byte) int {
+	m, level := findMarker(line)
+	if level != markerInfo && level != markerWarn {
+		return -1
+	}
+	off := m + len(tokNCCL)
+	for {
+		i := bytes.Index(line[off:], tokNCCL)
+		if i < 0 {
+			return -1
+		}
+		i += off
+		if rest := line[i+len(tokNCCL):]; hasPrefix(rest, "INFO ") || hasPrefix(rest, "WARN ") {
+			if s := headerStart(line[:i]); s > 0 {
+				if bytes.Contains(line[:s], trimRightSpace(line[s:])) {
+					// The rest repeats the first message: a console table's
+					// second column (CloudWatch "… | message", corpus 013),
+					// not another message.
+					return -1
+				}
+				return s
+			}
+		}
+		off = i + len(tokNCCL)
+	}
+}
+
+// headerStart returns where the "host:pid:tid [dev] " that ends b begins,
+// after a space, or -1.
+func headerStart(b []byte) int {
+	n := len(b)
+	if n < 4 || b[n-1] != ' ' || b[n-2] != ']' {
+		return -1
+	}
+	open := bytes.LastIndexByte(b[:n-2], '[')
+	if open < 2 || b[open-1] != ' ' || !isNumber(b[open+1:n-2]) {
+		return -1
+	}
+	tok := b[:open-1]
+	start := bytes.LastIndexByte(tok, ' ') + 1
+	if start == 0 {
+		return -1
+	}
+	t := tok[start:]
+	c2 := bytes.LastIndexByte(t, ':')
+	if c2 < 0 || !isNumber(t[c2+1:]) {
+		return -1
+	}
+	c1 := bytes.LastIndexByte(t[:c2], ':')
+	if c1 < 0 || !isNumber(t[c1+1:c2]) {
+		return -1
+	}
+	for _, c := range t[:c1] {
+		// A hostname (or none, "::pid:tid"); anything else is not a header.
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || isDigit(c) || c == '-' || c == '.' || c == '_' || c == ':') {
+			return -1
+		}
+	}
+	return start
+}
+
 const (
 	markerNone = iota
 	markerInfo

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -342,5 +343,90 @@ func BenchmarkCandidateNonNCCL(b *testing.B) {
 		if Candidate(in) {
 			b.Fatal("candidate")
 		}
+	}
+}
+
+// TestNextMessage checks where a line holding several NCCL messages (a
+// terminal-wrapped paste, corpus 210) is split, and that lines naming NCCL
+// without a second full header are not.
+func TestNextMessage(t *testing.T) {
+	const a = "VM-17-82-centos:11980:12549 [2] NCCL INFO Channel 03/0 : 2[2] -> 10[2] [send] via NET/IBext/2/GDRDMA"
+	for _, c := range []struct {
+		name, in string
+		want     []string // the messages, in order
+	}{
+		{"glued_210", "NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA      " + a + "   ::1:2 [7] NCCL WARN x",
+			[]string{"NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA      ", a + "   ", "::1:2 [7] NCCL WARN x"}},
+		{"one", a, []string{a}},
+		{"cloudwatch_repeat_013", "  | 2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0> | ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0>",
+			[]string{"  | 2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0> | ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0>"}},
+		{"not_nccl", "nothing [0] NCCL INFO here", []string{"nothing [0] NCCL INFO here"}},
+		{"quoted_no_header", "h:1:2 [0] NCCL INFO see the NCCL INFO lines of [0] NCCL INFO x", []string{"h:1:2 [0] NCCL INFO see the NCCL INFO lines of [0] NCCL INFO x"}},
+		{"pid_not_number", "h:1:2 [0] NCCL INFO a h:x:2 [0] NCCL INFO b", []string{"h:1:2 [0] NCCL INFO a h:x:2 [0] NCCL INFO b"}},
+		{"dev_not_number", "h:1:2 [0] NCCL INFO a h:1:2 [a] NCCL INFO b", []string{"h:1:2 [0] NCCL INFO a h:1:2 [a] NCCL INFO b"}},
+		{"no_space_before", "h:1:2 [0] NCCL INFO a=h:1:2 [1] NCCL INFO b", []string{"h:1:2 [0] NCCL INFO a=h:1:2 [1] NCCL INFO b"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			s := c.in
+			for len(got) < 10 {
+				i := NextMessage([]byte(s))
+				if i <= 0 {
+					got = append(got, s)
+					break
+				}
+				got = append(got, s[:i])
+				s = s[i:]
+			}
+			if strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("messages %q; want %q", got, c.want)
+			}
+		})
+	}
+	line := []byte("NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA " + a)
+	if n := testing.AllocsPerRun(100, func() { NextMessage(line) }); n != 0 {
+		t.Errorf("NextMessage allocates %v times; want 0", n)
+	}
+}
+
+// recordingAsm keeps the events the processor hands over; only Add is used.
+type recordingAsm struct {
+	pipeline.NCCLAssembler
+	got []string
+}
+
+func (r *recordingAsm) Add(job string, meta *pipeline.Meta, ev *pipeline.Event, _ time.Time) {
+	dir := "receive"
+	if ev.Flags&pipeline.FlagSend != 0 {
+		dir = "send"
+	}
+	r.got = append(r.got, string(ev.Host)+" "+ev.Kind.String()+" "+dir)
+}
+
+// TestParseGluedMessages checks that the processor reads each message of a
+// glued line as an event of its own (corpus 210): the [send] connection
+// behind a [receive] one is seen.
+func TestParseGluedMessages(t *testing.T) {
+	asm := &recordingAsm{}
+	p := pipeline.NewProcessor(asm, &Lines{}, nil)
+	var texts []string
+	p.SetTap(func(_ string, rec *pipeline.Record, _ *pipeline.Event) { texts = append(texts, string(rec.Text)) })
+	in := "NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA    " +
+		"VM-17-82-centos:11980:12549 [2] NCCL INFO Channel 03/0 : 2[2] -> 10[2] [send] via NET/IBext/2/GDRDMA  " +
+		"VM-17-82-centos:11978:12548 [0] NCCL INFO Channel 12/0 : 8[0] -> 0[0] [receive] via NET/IBext/0/GDRDMA"
+	p.Record(&pipeline.Record{Text: []byte(in)})
+	want := []string{" connection receive", "VM-17-82-centos connection send", "VM-17-82-centos connection receive"}
+	if strings.Join(asm.got, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q; want %q", asm.got, want)
+	}
+	if len(texts) != 3 || strings.Contains(texts[0], "[send]") || !strings.HasPrefix(texts[2], "VM-17-82-centos:11978") {
+		t.Errorf("tap texts %q; want one message each", texts)
+	}
+	if p.Stats.Records != 1 || p.Stats.NCCLLines != 3 {
+		t.Errorf("stats %+v; want 1 record, 3 NCCL messages", p.Stats)
+	}
+	p.Record(&pipeline.Record{Text: []byte("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0")})
+	if len(asm.got) != 4 {
+		t.Errorf("a one-message line gave %d events; want 1", len(asm.got)-3)
 	}
 }

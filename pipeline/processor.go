@@ -16,6 +16,14 @@ type Classifier interface {
 	Classify(text []byte, ev *Event) bool
 }
 
+// MessageSplitter is implemented by a Classifier that finds a second
+// message glued behind the first on one physical line (a terminal-wrapped
+// paste joins several; corpus 210). NextMessage returns where the next
+// message starts in text, or -1.
+type MessageSplitter interface {
+	NextMessage(text []byte) int
+}
+
 // JobFunc names the job a record belongs to.
 type JobFunc func(*Record) string
 
@@ -27,7 +35,7 @@ type Tap func(job string, rec *Record, ev *Event)
 type ProcessorStats struct {
 	Records   int64 // decoded lines
 	Bytes     int64 // bytes of decoded lines
-	NCCLLines int64 // lines that were NCCL lines
+	NCCLLines int64 // NCCL messages (a line may hold several, MessageSplitter)
 }
 
 // Processor classifies decoded records and feeds the assembler. It is the
@@ -38,6 +46,7 @@ type Processor struct {
 	cls   Classifier
 	job   JobFunc
 	tap   Tap
+	split MessageSplitter // nil: one message per line
 	ev    Event
 	Stats ProcessorStats
 }
@@ -45,7 +54,8 @@ type Processor struct {
 // NewProcessor returns a processor feeding asm. job may be nil: every record
 // then belongs to the job named "".
 func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc) *Processor {
-	return &Processor{asm: asm, cls: cls, job: job}
+	split, _ := cls.(MessageSplitter)
+	return &Processor{asm: asm, cls: cls, job: job, split: split}
 }
 
 // SetTap installs fn to see every NCCL event.
@@ -54,16 +64,60 @@ func (p *Processor) SetTap(fn Tap) { p.tap = fn }
 // Assembler returns the assembler the processor feeds.
 func (p *Processor) Assembler() NCCLAssembler { return p.asm }
 
-// Record classifies one decoded record.
+// Record classifies one decoded record. An NCCL line with further NCCL
+// messages glued behind it (MessageSplitter) gives one event per message.
 func (p *Processor) Record(rec *Record) {
 	p.Stats.Records++
 	p.Stats.Bytes += int64(len(rec.Text))
-	if !p.cls.Classify(rec.Text, &p.ev) {
-		if len(p.ev.LauncherHost) > 0 {
-			p.asm.AddLauncher(p.jobOf(rec), rec.Meta, p.ev.LauncherHost, rec.Time)
-		}
+	if !p.classify(rec) {
 		return
 	}
+	if p.split != nil {
+		if i := p.split.NextMessage(rec.Text); i > 0 {
+			p.messages(rec, i)
+			return
+		}
+	}
+	p.take(rec)
+}
+
+// maxMessagesPerLine bounds the messages read from one physical line; the
+// rest of a longer one is read as one.
+const maxMessagesPerLine = 64
+
+// messages reads each message of rec's line on its own, the second one
+// starting at i.
+func (p *Processor) messages(rec *Record, i int) {
+	part := *rec
+	text := rec.Text
+	for n := 1; n < maxMessagesPerLine && i > 0; n++ {
+		part.Text = text[:i]
+		if p.classify(&part) {
+			p.take(&part)
+		}
+		text = text[i:]
+		i = p.split.NextMessage(text)
+	}
+	part.Text = text
+	if p.classify(&part) {
+		p.take(&part)
+	}
+}
+
+// classify parses rec's text into p.ev and reports whether it is an NCCL
+// line; a line that is not may still name a launcher host.
+func (p *Processor) classify(rec *Record) bool {
+	if p.cls.Classify(rec.Text, &p.ev) {
+		return true
+	}
+	if len(p.ev.LauncherHost) > 0 {
+		p.asm.AddLauncher(p.jobOf(rec), rec.Meta, p.ev.LauncherHost, rec.Time)
+	}
+	return false
+}
+
+// take hands the NCCL event in p.ev to the assembler and the tap.
+func (p *Processor) take(rec *Record) {
 	p.Stats.NCCLLines++
 	job := p.jobOf(rec)
 	p.asm.Add(job, rec.Meta, &p.ev, rec.Time)
