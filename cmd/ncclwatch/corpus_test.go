@@ -91,12 +91,9 @@ func scanFile(t testing.TB, path string) scanResult {
 // (210, 261 nranks, 264) are closed; what is left is one more expectation of
 // that kind.
 var knownGaps = map[string]map[string]string{
-	// Reading the COLL trace "[nranks=2]" (census coll_trace) puts nranks 2
-	// beside the two hosts vm1 and vm2, one GPU [0] each: the rules' nnodes
-	// (hosts × GPUs = nranks, more hosts than ranks; shared 043, 107, 108,
-	// as for 243 in commit d5c8699) give 2, the expectation says null. Left
-	// for the corpus owners to decide (DISAGREEMENTS.md).
-	"261_vm_gdr_test_coll_trace_allreduce_opcount_ib_alloc_2vm.log": {"NNodes": "2"},
+	// None left: 210, 261 and 264 were parser gaps, closed by reading glued
+	// messages one by one, the COLL trace "[nranks=N]" and the ≤ 2.3
+	// one-device HCA lines.
 }
 
 // TestCorpus checks scan's summary against EXPECTED.json for every real
