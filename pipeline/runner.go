@@ -234,6 +234,16 @@ type Runner struct {
 	sampled  map[string]time.Time // Kafka key → last activity sample
 	gen      context.Context      // the current generation (Assigned's ctx); nil without one
 
+	// The batch being stored while the loop builds the next (Run only):
+	// at most one in flight. Its Batch belongs to the insert goroutine
+	// until the loop receives its result; held is a batch whose store was
+	// cut short by its context, stored before the next one; spare is a
+	// stored batch kept for its capacity.
+	async  bool
+	flying *flight
+	held   *flight
+	spare  *Batch
+
 	// Read by /readyz and the watchdog while the loop blocks in the sink.
 	failingSince atomic.Int64 // unix nanos of the first attempt of a batch not stored yet; 0 when none
 	lastErr      atomic.Pointer[error]
@@ -355,6 +365,11 @@ func (r *Runner) Stopped() <-chan struct{} { return r.stopped }
 // has not been stored for SinkTimeout and sets ncclwatch_sink_healthy.
 func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 	defer close(r.stopped)
+	r.async = true
+	defer func() {
+		r.async = false
+		r.abandon()
+	}()
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watched := make(chan struct{})
 	go func() {
@@ -377,8 +392,12 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			if err := r.handle(ctx, x); err != nil {
 				return err
 			}
+		case err := <-r.flightDone():
+			if err := r.land(err); err != nil && fatal(err) {
+				return err
+			}
 		case <-tick.C:
-			if r.deps.Now().Sub(r.last) < r.cfg.Batch.MaxWait {
+			if r.flying != nil || r.deps.Now().Sub(r.last) < r.cfg.Batch.MaxWait {
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -403,11 +422,143 @@ func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelF
 	}
 }
 
-// flushNow is a size or timer flush.
+// flushNow is a size or timer flush. Within Run the batch is stored by a
+// goroutine of its own while the loop goes on with the next one; the
+// previous batch must have landed first (at most one in flight: a sink
+// slower than the stream holds the loop here, back-pressure).
 func (r *Runner) flushNow(ctx context.Context) error {
 	fctx, cancel := r.flushCtx(ctx)
 	defer cancel()
-	return r.flush(fctx)
+	if !r.async {
+		return r.flush(fctx)
+	}
+	if err := r.settle(fctx); err != nil {
+		return err
+	}
+	evict, ok := r.prepare()
+	if !ok {
+		return nil
+	}
+	r.launch(ctx, true, r.handOff(), evict)
+	return nil
+}
+
+// flight is a batch handed to the sink chain by a goroutine of the
+// runner's; the loop gets its result on done (exactly one value) in land
+// or settle.
+type flight struct {
+	b      *Batch
+	evict  []string // jobs evicted once b is stored
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// flightDone is the in-flight batch's result channel, nil when none flies.
+func (r *Runner) flightDone() <-chan error {
+	if r.flying == nil {
+		return nil
+	}
+	return r.flying.done
+}
+
+// handOff moves the open batch out of the loop's hands: the returned Batch
+// is the insert's alone, the loop goes on with an empty one (the spare's
+// capacity) and no offsets.
+func (r *Runner) handOff() *Batch {
+	b := r.spare
+	r.spare = nil
+	if b == nil {
+		b = new(Batch)
+	}
+	*b, r.batch = r.batch, *b
+	r.dropBatch()
+	return b
+}
+
+// launch stores b in a goroutine; with gen the store also ends with the
+// generation (see flushCtx). The goroutine's owner is the loop: every
+// flight is received by land or settle, or by abandon when Run returns.
+func (r *Runner) launch(ctx context.Context, gen bool, b *Batch, evict []string) {
+	f := &flight{b: b, evict: evict, done: make(chan error, 1)}
+	if gen {
+		fctx, stop := r.flushCtx(ctx)
+		var cancel context.CancelFunc
+		f.ctx, cancel = context.WithCancel(fctx)
+		f.cancel = func() { cancel(); stop() }
+	} else {
+		f.ctx, f.cancel = context.WithCancel(ctx)
+	}
+	r.flying = f
+	go func() { f.done <- r.store(f.ctx, b) }()
+}
+
+// land takes the in-flight batch's result: stored, its offsets are
+// committed and its idle jobs evicted; cut short by its context, it is
+// held for the next flush; a permanent error is returned as is.
+func (r *Runner) land(err error) error {
+	f := r.flying
+	r.flying = nil
+	defer f.cancel()
+	if err != nil {
+		if !IsPermanent(err) {
+			r.held = f
+		}
+		return err
+	}
+	r.commit(f.ctx, f.b.Offsets)
+	now := r.deps.Now()
+	for _, j := range f.evict {
+		// A job that got lines while its final summary was being stored
+		// stays (it is dirty again and goes into the next batch).
+		if t, ok := r.touched[j]; ok && now.Sub(t) < r.cfg.IdleEvict {
+			continue
+		}
+		r.evict(j)
+	}
+	r.jobs.Store(int64(r.asm.Len()))
+	if mt := r.deps.Metrics; mt != nil {
+		mt.JobsHeld.Set(float64(r.asm.Len()))
+	}
+	f.b.Reset()
+	r.spare = f.b
+	return nil
+}
+
+// settle waits until no batch is in flight or held: the in-flight one
+// lands, a held one is stored again. When ctx ends first the in-flight
+// store is abandoned (cancelled and waited for: the sink chain is never
+// called by two goroutines at once) and held; settle returns its error.
+func (r *Runner) settle(ctx context.Context) error {
+	for r.flying != nil || r.held != nil {
+		if r.flying == nil {
+			h := r.held
+			r.held = nil
+			r.launch(ctx, false, h.b, h.evict)
+		}
+		var err error
+		select {
+		case err = <-r.flying.done:
+		case <-ctx.Done():
+			r.flying.cancel()
+			err = <-r.flying.done
+		}
+		if err := r.land(err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon cancels and waits for the in-flight batch, and forgets it and a
+// held one: their offsets stay uncommitted, their records are replayed.
+func (r *Runner) abandon() {
+	if f := r.flying; f != nil {
+		f.cancel()
+		<-f.done
+		r.flying = nil
+	}
+	r.held = nil
 }
 
 // fatal reports whether a flush error stops the loop: a permanent one. A
@@ -693,9 +844,23 @@ func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
 // is permanent), then commits the offsets it covers and evicts idle jobs.
 // When it returns an error the batch is kept whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
+	evict, ok := r.prepare()
+	if !ok {
+		return nil
+	}
+	r.launch(ctx, false, r.handOff(), evict)
+	return r.settle(ctx)
+}
+
+// prepare completes the open batch: summaries and observations of the
+// dirty jobs, the jobs to evict, the offsets it covers. It reports false
+// when there is nothing to store.
+func (r *Runner) prepare() (evict []string, ok bool) {
 	now := r.deps.Now()
 	r.last = now
-	var evict []string
 	for job, t := range r.touched {
 		if now.Sub(t) >= r.cfg.IdleEvict {
 			evict = append(evict, job)
@@ -704,7 +869,7 @@ func (r *Runner) flush(ctx context.Context) error {
 	}
 	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 {
 		r.stored()
-		return nil
+		return nil, false
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
@@ -754,12 +919,13 @@ func (r *Runner) flush(ctx context.Context) error {
 	slices.SortFunc(r.batch.Offsets, func(x, y Offset) int {
 		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
 	})
+	return evict, true
+}
 
-	if err := r.store(ctx); err != nil {
-		return err
-	}
-	if c := r.deps.Committer; c != nil && len(r.batch.Offsets) > 0 {
-		if err := c.Commit(ctx, r.batch.Offsets); err != nil {
+// commit commits the offsets of a stored batch.
+func (r *Runner) commit(ctx context.Context, offs []Offset) {
+	if c := r.deps.Committer; c != nil && len(offs) > 0 {
+		if err := c.Commit(ctx, offs); err != nil {
 			// The rows are stored; whoever owns the partition next replays
 			// from the last commit and storage folds the repeats.
 			r.log.Warn().Err(err).Msg("offset commit failed after a stored batch; a replay will be idempotent")
@@ -770,36 +936,37 @@ func (r *Runner) flush(ctx context.Context) error {
 			mt.Commits.Inc()
 		}
 	}
-	for _, j := range evict {
-		r.asm.Evict(j)
-		r.tel.Evict(j)
-		delete(r.touched, j)
-		if mt := r.deps.Metrics; mt != nil {
-			mt.Evictions.Inc()
-		}
-	}
-	r.dropBatch()
-	return nil
 }
 
-// store hands the batch to the sink chain until it is accepted: the one
-// retry loop of the service. It returns ctx's error when ctx ends first,
-// and a permanent error at once.
-func (r *Runner) store(ctx context.Context) error {
+// evict drops an idle job whose final summary was stored.
+func (r *Runner) evict(j string) {
+	r.asm.Evict(j)
+	r.tel.Evict(j)
+	delete(r.touched, j)
+	if mt := r.deps.Metrics; mt != nil {
+		mt.Evictions.Inc()
+	}
+}
+
+// store hands b to the sink chain until it is accepted: the one retry
+// loop of the service. It returns ctx's error when ctx ends first, and a
+// permanent error at once. It runs in a flight's goroutine and touches
+// nothing of the runner but b, the atomics and the metrics.
+func (r *Runner) store(ctx context.Context, b *Batch) error {
 	ctx, span := r.deps.Tracer.Start(ctx, "ncclwatch.batch")
-	span.SetAttributes(attribute.Int("events", len(r.batch.Events)), attribute.Int("jobs", len(r.batch.Jobs)),
-		attribute.Int("dead_letters", len(r.batch.DeadLetters)))
+	span.SetAttributes(attribute.Int("events", len(b.Events)), attribute.Int("jobs", len(b.Jobs)),
+		attribute.Int("dead_letters", len(b.DeadLetters)))
 	defer span.End()
 	if r.failingSince.Load() == 0 {
 		r.failingSince.Store(time.Now().UnixNano())
 	}
 	backoff := r.cfg.RetryBackoff
 	for {
-		err := r.deps.Sink.Consume(ctx, &r.batch)
+		err := r.deps.Sink.Consume(ctx, b)
 		if err == nil {
 			r.stored()
 			if mt := r.deps.Metrics; mt != nil {
-				mt.BatchRows.Observe(float64(r.batch.Len()))
+				mt.BatchRows.Observe(float64(b.Len()))
 			}
 			return nil
 		}
@@ -814,7 +981,7 @@ func (r *Runner) store(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
 		}
-		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", r.batch.Len()).Msg("sink rejected batch; retrying")
+		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", b.Len()).Msg("sink rejected batch; retrying")
 		timer := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -855,6 +1022,7 @@ func (r *Runner) dropBatch() {
 // ctx is the generation's: size and timer flushes stop retrying when it
 // ends.
 func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
+	r.abandon()
 	r.reset()
 	r.dropBatch()
 	r.gen = ctx
@@ -942,8 +1110,13 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	}
 	err := r.flush(fctx)
 	if err != nil {
-		r.log.Warn().Err(err).Int("rows", r.batch.Len()).Msg("revoked before the open batch was stored; dropped, the next owner replays it")
+		rows := r.batch.Len()
+		if r.held != nil {
+			rows += r.held.b.Len()
+		}
+		r.log.Warn().Err(err).Int("rows", rows).Msg("revoked before the open batch was stored; dropped, the next owner replays it")
 	}
+	r.abandon()
 	r.reset()
 	r.dropBatch()
 	r.gen = nil

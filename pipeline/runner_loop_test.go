@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,4 +248,132 @@ func TestRunnerPartialLinesAcrossRecords(t *testing.T) {
 	if last.Line != "h2:20:20 [0] NCCL INFO NET/IB : No device found." {
 		t.Errorf("line after the revocation = %q; want it joined from the replayed pieces only", last.Line)
 	}
+}
+
+// gateSink blocks every Consume until the test lets it go, and records the
+// events' offsets of each batch when the call starts and when it ends.
+type gateSink struct {
+	entered chan []int64 // offsets at the start of each call
+	release chan struct{}
+	mu      sync.Mutex
+	after   [][]int64 // offsets at the end of each call
+}
+
+func eventOffsets(b *pipeline.Batch) []int64 {
+	var offs []int64
+	for _, e := range b.Events {
+		offs = append(offs, e.Source.Offset)
+	}
+	return offs
+}
+
+func (s *gateSink) Consume(ctx context.Context, b *pipeline.Batch) error {
+	s.entered <- eventOffsets(b)
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	s.after = append(s.after, eventOffsets(b))
+	s.mu.Unlock()
+	return nil
+}
+
+// notifyDecoder says on decoded which offset it has just decoded.
+type notifyDecoder struct {
+	pipeline.Decoder
+	off     *int64
+	decoded chan<- int64
+}
+
+func (d notifyDecoder) Decode(data []byte, emit func(*pipeline.Record)) error {
+	err := d.Decoder.Decode(data, emit)
+	d.decoded <- *d.off
+	return err
+}
+
+// TestRunLoopDecodesWhileInsertBlocked: while the sink holds one batch,
+// the loop reads and parses the next record (it would not without the
+// overlap: the sink never returns until the test sees that record
+// decoded); the in-flight batch is not touched meanwhile; offsets are
+// committed only after the sink accepted the batch holding them, in order.
+func TestRunLoopDecodesWhileInsertBlocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &gateSink{entered: make(chan []int64, 8), release: make(chan struct{})}
+		h := newHarness(t, nil, nil)
+		cfg := pipeline.DefaultRunnerConfig()
+		cfg.Batch.MaxRows = 1 // every NCCL line flushes
+		var cur int64
+		decoded := make(chan int64, 8)
+		h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: func() pipeline.Decoder { return notifyDecoder{h.decoder(), &cur, decoded} },
+			Classifier: h.cls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
+		})
+		in := make(chan pipeline.Input) // unbuffered: a send returns only once the loop took it
+		done := make(chan error, 1)
+		go func() { done <- h.r.Run(t.Context(), in) }()
+		send := func(off int64, line string) {
+			cur = off // read by the decoder after the loop received the input
+			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: off, Key: []byte("j"),
+				Value: fluentBit(t, line, "j", "p", "n"), Time: h.now}}
+		}
+		commits := func() [][]pipeline.Offset {
+			h.commit.mu.Lock()
+			defer h.commit.mu.Unlock()
+			return slices.Clone(h.commit.commits)
+		}
+
+		send(0, "h:1:1 [0] NCCL INFO Using network IB")
+		if got := <-decoded; got != 0 {
+			t.Fatalf("decoded offset %d; want 0", got)
+		}
+		first := <-sink.entered // the size flush of offset 0 is in the sink, blocked
+		if !slices.Equal(first, []int64{0}) {
+			t.Fatalf("first batch holds events %v; want [0]", first)
+		}
+		// The loop still takes and parses records while the insert is
+		// blocked.
+		go send(1, "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>")
+		select {
+		case got := <-decoded:
+			if got != 1 {
+				t.Fatalf("decoded offset %d; want 1", got)
+			}
+		case <-time.After(time.Hour):
+			t.Fatal("the record sent while the insert was blocked was not parsed before the insert returned")
+		}
+		synctest.Wait()
+		if c := commits(); len(c) != 0 {
+			t.Fatalf("committed %v before the sink accepted the batch", c)
+		}
+		sink.release <- struct{}{} // batch 0 is accepted
+		second := <-sink.entered   // then batch 1 goes in
+		if !slices.Equal(second, []int64{1}) {
+			t.Errorf("second batch holds events %v; want [1]", second)
+		}
+		synctest.Wait()
+		if c := commits(); len(c) != 1 || len(c[0]) != 1 || c[0][0].Next != 1 {
+			t.Errorf("commits after the first batch = %v; want one at offset 1", c)
+		}
+		close(sink.release)
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		sink.mu.Lock()
+		if !slices.Equal(sink.after[0], []int64{0}) {
+			t.Errorf("the first batch held events %v when its insert returned; want [0] (untouched while in flight)", sink.after[0])
+		}
+		sink.mu.Unlock()
+		var nexts []int64
+		for _, c := range commits() {
+			for _, o := range c {
+				nexts = append(nexts, o.Next)
+			}
+		}
+		if !slices.Equal(nexts, []int64{1, 2}) {
+			t.Errorf("committed offsets %v in that order; want [1 2]", nexts)
+		}
+	})
 }

@@ -929,7 +929,7 @@ func (j *telJob) testReport(r *testRun) NCCLTestReport {
 		rep.HostNames = []string{}
 	}
 	if r.collective != "" {
-		rep.Collective = &r.collective
+		rep.Collective = strptr(r.collective)
 	}
 	if nranks > 0 {
 		rep.NRanks = &nranks
@@ -943,16 +943,16 @@ func (j *telJob) testReport(r *testRun) NCCLTestReport {
 		rep.MaxSizeBusBWOOP, rep.MaxSizeBusBWIP = fptr(r.maxOOP), fptr(r.maxIP)
 	}
 	if r.gpu != "" {
-		rep.GPU = &r.gpu
+		rep.GPU = strptr(r.gpu)
 	}
 	if r.version != "" {
-		rep.Version = &r.version
+		rep.Version = strptr(r.version)
 	}
 	if r.hdrMin >= 0 {
 		rep.HeaderMinBytes, rep.HeaderMaxBytes = i64ptr(r.hdrMin), i64ptr(r.hdrMax)
 	}
 	if r.format != "" {
-		rep.Format = &r.format
+		rep.Format = strptr(r.format)
 	}
 	return rep
 }
@@ -994,6 +994,11 @@ func fptr(v float64) *float64 {
 }
 
 func i64ptr(v int64) *int64 { return &v }
+
+// strptr points to a copy of v: a report must not point into the
+// assembler's state, which the run loop changes while a stored batch's
+// insert reads it.
+func strptr(v string) *string { return &v }
 
 // sampler keeps a bounded, evenly spaced sample of a stream of values:
 // every stride-th value, halving the sample and doubling the stride when
