@@ -204,8 +204,11 @@ type partKey struct {
 // offsets only after the chain accepted the rows that hold them.
 //
 // Run is the one loop: one goroutine, one select over the source's inputs
-// (records, assignments, revocations) and the flush timer; it owns retry,
-// commit and revoke. Message, Flush, Assigned and Revoked are its steps;
+// (records, assignments, revocations), the flush timer and the result of
+// the batch in flight; it owns commit and revoke. A full batch is stored
+// (and retried) by a goroutine of its own while the loop builds the next
+// one: at most one in flight, its offsets committed by the loop once it
+// was stored, before the next batch flies. Message, Flush, Assigned and Revoked are its steps;
 // callers without a source (tests, tools) may call them directly instead
 // of Run, from one goroutine. Nothing of a Runner is safe for concurrent
 // use except Ready, LastSinkError, Jobs and Stopped.
