@@ -430,19 +430,31 @@ func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelF
 // previous batch must have landed first (at most one in flight: a sink
 // slower than the stream holds the loop here, back-pressure).
 func (r *Runner) flushNow(ctx context.Context) error {
-	fctx, cancel := r.flushCtx(ctx)
-	defer cancel()
 	if !r.async {
+		fctx, cancel := r.flushCtx(ctx)
+		defer cancel()
 		return r.flush(fctx)
 	}
-	if err := r.settle(fctx); err != nil {
+	return r.start(ctx, true)
+}
+
+// start lands the batch in flight (or stores the held one), then sends the
+// open batch off without waiting for it; with gen both also end with the
+// generation (see flushCtx).
+func (r *Runner) start(ctx context.Context, gen bool) error {
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if gen {
+		sctx, cancel = r.flushCtx(ctx)
+	}
+	defer cancel()
+	if err := r.settle(sctx); err != nil {
 		return err
 	}
 	evict, ok := r.prepare()
 	if !ok {
 		return nil
 	}
-	r.launch(ctx, true, r.handOff(), evict)
+	r.launch(ctx, gen, r.handOff(), evict)
 	return nil
 }
 
@@ -845,16 +857,11 @@ func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
 // flush builds the open batch's summaries and observations, hands it to the
 // sink chain, retrying until the chain accepts it (or ctx ends, or the error
 // is permanent), then commits the offsets it covers and evicts idle jobs.
-// When it returns an error the batch is kept whole for the next flush.
+// When it returns an error the batch is held whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
-	if err := r.settle(ctx); err != nil {
+	if err := r.start(ctx, false); err != nil {
 		return err
 	}
-	evict, ok := r.prepare()
-	if !ok {
-		return nil
-	}
-	r.launch(ctx, false, r.handOff(), evict)
 	return r.settle(ctx)
 }
 
