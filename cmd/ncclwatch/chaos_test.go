@@ -1,10 +1,11 @@
 package main
 
 // The fault-injection test of issue 8: one input, consumed once without
-// faults and once while `ncclwatch run` is SIGKILLed at random moments,
-// ClickHouse is paused and a second group member joins and leaves; every
-// table must end equal to the fault-free run's. NCCLWATCH_CHAOS_LONG=1 runs
-// the long form (more jobs, more kills, a longer pause).
+// faults and once while `ncclwatch run` is SIGKILLed at random moments, the
+// Kafka broker is stopped and started again with its data, ClickHouse is
+// paused and a second group member joins and leaves; every table must end
+// equal to the fault-free run's. NCCLWATCH_CHAOS_LONG=1 runs the long form
+// (more jobs, more kills, longer outages); deploy/local/chaos.sh runs it.
 
 import (
 	"context"
@@ -12,8 +13,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,13 +47,27 @@ func chaosPoison(i int) []byte {
 }
 
 func TestIntegrationChaos(t *testing.T) {
-	brokers, _ := itServers(t)
+	itServers(t) // skips (or fails under NCCLWATCH_REQUIRE_SERVERS=1) like the others
 	long := os.Getenv("NCCLWATCH_CHAOS_LONG") == "1"
-	nJobs, jobBytes, kills, poison, pause := 8, int64(384<<10), 3, 40, 8*time.Second
+	nJobs, jobBytes, kills, poison, pause, brokerDown := 8, int64(384<<10), 3, 40, 8*time.Second, 2*time.Second
 	if long {
-		nJobs, jobBytes, kills, poison, pause = 20, 4<<20, 10, 2000, 60*time.Second
+		nJobs, jobBytes, kills, poison, pause, brokerDown = 20, 4<<20, 10, 2000, 60*time.Second, 30*time.Second
 	}
+	// A broker and a ClickHouse server of the test's own (started side by
+	// side): both are stopped or paused here, while the shared ones serve
+	// the other packages' tests, which go test runs at the same time.
+	kb := newPrivateKafka(t)
+	kafkaUp := make(chan error, 1)
+	kb.wg.Add(1)
+	go func() {
+		defer kb.wg.Done()
+		kafkaUp <- kb.start()
+	}()
 	chAddr, signal := privateClickHouse(t)
+	if err := <-kafkaUp; err != nil {
+		t.Fatal(err)
+	}
+	brokers := []string{kb.addr}
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 
@@ -140,6 +158,49 @@ func TestIntegrationChaos(t *testing.T) {
 		p = startProcess(t, bin, config, logPath, addr)
 	}
 	kill(0)
+	// The broker stopped while the new process consumes, kept down, and
+	// started again with its data (same log dirs, cluster id, committed
+	// offsets): the same process must carry on by itself.
+	eventually(t, "the new process consuming", func() string {
+		if n := metric(t, addr, "ncclwatch_records_total"); n == 0 {
+			return "no record consumed yet"
+		}
+		return ""
+	}, p.dump)
+	stopped := time.Now()
+	if err := kb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	atStop := metric(t, addr, "ncclwatch_records_total")
+	t.Logf("broker stopped in %v (this process had consumed %v records); /readyz %d",
+		time.Since(stopped).Round(10*time.Millisecond), atStop, readyz(addr))
+	time.Sleep(brokerDown)
+	if err := kb.start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("ncclwatch run exited while the broker was down\n%s", p.dump())
+	default:
+	}
+	t.Logf("broker back after %v, the run still up", time.Since(stopped).Round(10*time.Millisecond))
+	eventually(t, "the run ready again after the broker restart", func() string {
+		select {
+		case <-p.done:
+			return "exited"
+		default:
+		}
+		if code := readyz(addr); code != 200 {
+			return fmt.Sprintf("/readyz = %d", code)
+		}
+		// Consuming again: the input was not all read before the stop.
+		if n := metric(t, addr, "ncclwatch_records_total"); n <= atStop {
+			return fmt.Sprintf("records_total %v, %v when the broker stopped", n, atStop)
+		}
+		return ""
+	}, p.dump)
+	t.Logf("consuming again %v after the stop: %v records", time.Since(stopped).Round(10*time.Millisecond),
+		metric(t, addr, "ncclwatch_records_total"))
 	// ClickHouse paused while a second member joins (a rebalance), and
 	// resumed before it leaves (another).
 	second := chaos.config(t)
@@ -189,6 +250,57 @@ func TestIntegrationChaos(t *testing.T) {
 			t.Errorf("%s: %d job summaries of jobs that are not in the input (%v); want none", name, n, err)
 		}
 	}
+}
+
+// privateKafka is a broker of one test's own: deploy/local/kafka.sh on free
+// ports with its run directory in a temporary one, plaintext only, stopped
+// and removed by the test's cleanup. stop keeps its data (stop --keep-data),
+// so that start brings the same broker back.
+type privateKafka struct {
+	addr string
+	env  []string
+	wg   sync.WaitGroup // a start in flight; the cleanup waits for it
+}
+
+func newPrivateKafka(t *testing.T) *privateKafka {
+	t.Helper()
+	port, controller := freePort(t), freePort(t)
+	for controller == port {
+		controller = freePort(t)
+	}
+	tmp := t.TempDir()
+	b := &privateKafka{addr: "127.0.0.1:" + strconv.Itoa(port),
+		env: append(os.Environ(), "KAFKA_PORT="+strconv.Itoa(port), "KAFKA_CONTROLLER_PORT="+strconv.Itoa(controller),
+			"TMPDIR="+tmp, "KAFKA_SASL_PORT=", "KAFKA_SECURE_DIR=")}
+	t.Cleanup(func() {
+		b.wg.Wait()
+		if out, err := b.run("stop"); err != nil {
+			t.Errorf("kafka.sh stop: %v\n%s", err, out)
+		}
+	})
+	return b
+}
+
+func (b *privateKafka) run(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "../../deploy/local/kafka.sh", args...)
+	cmd.Env = b.env
+	return cmd.CombinedOutput()
+}
+
+func (b *privateKafka) start() error {
+	if out, err := b.run("start"); err != nil {
+		return fmt.Errorf("kafka.sh start (%s): %w\n%s", b.addr, err, out)
+	}
+	return nil
+}
+
+func (b *privateKafka) stop() error {
+	if out, err := b.run("stop", "--keep-data"); err != nil {
+		return fmt.Errorf("kafka.sh stop --keep-data (%s): %w\n%s", b.addr, err, out)
+	}
+	return nil
 }
 
 // commKeys returns the keys of comm_summaries FINAL, sorted.

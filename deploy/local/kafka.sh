@@ -2,6 +2,7 @@
 # Single-node Apache Kafka (KRaft, broker+controller) on 127.0.0.1 for the tests.
 #
 #   deploy/local/kafka.sh start|stop|status|restart|fetch
+#   deploy/local/kafka.sh stop --keep-data / restart --keep-data
 #   deploy/local/kafka.sh tool CLASS [ARGS...]   run a Kafka tool class with the broker's classpath
 #
 # With KAFKA_SASL_PORT set, a SASL_SSL listener (SCRAM-SHA-512 over TLS) runs
@@ -12,6 +13,10 @@
 # Jars come from Maven Central through `mvn` (deploy/local/kafka/pom.xml) and are
 # cached in $NCCLWATCH_CACHE/kafka-$KAFKA_VERSION/libs. Data and logs live in
 # ${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT and are removed by `stop`.
+# `stop --keep-data` keeps them (and leaves a marker, $RUN_DIR/kept); the next
+# `start` then starts the same broker again: same log dirs, cluster id,
+# topics, committed offsets, SCRAM users and ACLs, nothing reformatted.
+# `restart --keep-data` is the two in a row (a broker restart with its data).
 # See deploy/local/README.md.
 set -euo pipefail
 
@@ -35,6 +40,7 @@ DATA_DIR="$RUN_DIR/data"
 LOG_DIR="$RUN_DIR/logs"
 PID_FILE="$RUN_DIR/kafka.pid"
 PROPS="$RUN_DIR/server.properties"
+KEPT="$RUN_DIR/kept"
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 # Empty: plaintext only.
 KAFKA_SASL_PORT="${KAFKA_SASL_PORT:-}"
@@ -139,6 +145,10 @@ start() {
   local java
   java="$(java_bin)"
 
+  if [[ -f "$KEPT" && -f "$DATA_DIR/meta.properties" && -f "$PROPS" ]]; then
+    restart_kept "$java"
+    return 0
+  fi
   rm -rf "$RUN_DIR"
   mkdir -p "$DATA_DIR" "$LOG_DIR"
   sed -e "s|@PORT@|$KAFKA_PORT|g" \
@@ -164,13 +174,25 @@ start() {
   fi
 
   log "starting Kafka $KAFKA_VERSION on $BOOTSTRAP (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT, dir $RUN_DIR)"
+  launch "$java"
+  if [[ -n "$KAFKA_SASL_PORT" ]]; then
+    add_acls
+    log "ready: SASL_SSL (SCRAM-SHA-512) on 127.0.0.1:$KAFKA_SASL_PORT; CA, users and passwords in $KAFKA_SECURE_DIR"
+  fi
+  log "ready: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid))"
+}
+
+# launch JAVA: start the broker on the rendered $PROPS (stdout appended to
+# $LOG_DIR/stdout.log) and wait until it answers, and its SASL_SSL port when
+# one is configured.
+launch() {
   # shellcheck disable=SC2086 # KAFKA_HEAP_OPTS is a list of JVM flags
-  setsid nohup "$java" $KAFKA_HEAP_OPTS -XX:+UseSerialGC -Xss1m \
+  setsid nohup "$1" $KAFKA_HEAP_OPTS -XX:+UseSerialGC -Xss1m \
     -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true \
     -Dkafka.logs.dir="$LOG_DIR" \
     -Dlog4j2.configurationFile="$CONF_SRC/log4j2.properties" \
     -cp "$LIB_DIR/*" kafka.Kafka "$PROPS" \
-    </dev/null >"$LOG_DIR/stdout.log" 2>&1 &
+    </dev/null >>"$LOG_DIR/stdout.log" 2>&1 &
   echo "$!" >"$PID_FILE"
 
   local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
@@ -182,10 +204,19 @@ start() {
   if [[ -n "$KAFKA_SASL_PORT" ]]; then
     wait_ready "$deadline" 0.3 broker "broker did not open SASL_SSL 127.0.0.1:$KAFKA_SASL_PORT within ${KAFKA_START_TIMEOUT}s" \
       port_open "$KAFKA_SASL_PORT"
-    add_acls
-    log "ready: SASL_SSL (SCRAM-SHA-512) on 127.0.0.1:$KAFKA_SASL_PORT; CA, users and passwords in $KAFKA_SECURE_DIR"
   fi
-  log "ready: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid))"
+}
+
+# restart_kept JAVA: start the broker left by `stop --keep-data` on its kept
+# properties and data (the ports are the ones it was rendered with; the
+# SCRAM users and ACLs live in its metadata log).
+restart_kept() {
+  local cluster_id
+  cluster_id="$(sed -n 's/^cluster.id=//p' "$DATA_DIR/meta.properties")"
+  log "starting Kafka $KAFKA_VERSION on $BOOTSTRAP again with its kept data (cluster $cluster_id, dir $RUN_DIR)"
+  launch "$1"
+  rm -f "$KEPT"
+  log "ready: Kafka $KAFKA_VERSION on $BOOTSTRAP (pid $(read_pid)), data kept"
 }
 
 # secure_setup: the throwaway CA and broker certificate, the SCRAM users'
@@ -233,6 +264,13 @@ stop() {
   stop_server "$KAFKA_PORT" "$KAFKA_STOP_TIMEOUT" 0.3
 }
 
+# stop_keep: stop the broker, keep $RUN_DIR for the next start.
+stop_keep() {
+  [[ -f "$DATA_DIR/meta.properties" ]] || die "no formatted data in $DATA_DIR to keep"
+  stop_server "$KAFKA_PORT" "$KAFKA_STOP_TIMEOUT" 0.3 keep
+  touch "$KEPT"
+}
+
 status() {
   server_status "$KAFKA_PORT" "$BOOTSTRAP" echo "Kafka $KAFKA_VERSION on $BOOTSTRAP"
 }
@@ -240,6 +278,7 @@ status() {
 usage() {
   cat >&2 <<EOF
 usage: $0 start|stop|status|restart|fetch
+       $0 stop --keep-data | restart --keep-data
        $0 tool CLASS [ARGS...]
 env: KAFKA_PORT ($KAFKA_PORT) KAFKA_CONTROLLER_PORT ($KAFKA_CONTROLLER_PORT)
      KAFKA_SASL_PORT (${KAFKA_SASL_PORT:-unset: no SASL_SSL listener}) KAFKA_SECURE_DIR ($KAFKA_SECURE_DIR)
@@ -253,9 +292,19 @@ EOF
 
 case "${1:-}" in
   start) start ;;
-  stop) stop ;;
+  stop)
+    case "${2:-}" in
+      "") stop ;;
+      --keep-data) stop_keep ;;
+      *) usage ;;
+    esac ;;
   status) status ;;
-  restart) stop; start ;;
+  restart)
+    case "${2:-}" in
+      "") stop; start ;;
+      --keep-data) stop_keep; start ;;
+      *) usage ;;
+    esac ;;
   fetch) fetch; log "jars in $LIB_DIR" ;;
   tool) shift; [[ $# -ge 1 ]] || usage; tool "$@" ;;
   *) usage ;;

@@ -40,8 +40,10 @@
 #                                     during start: poll CMD until it succeeds;
 #                                     die (after log_tail) when the server
 #                                     exits or SECONDS reaches DEADLINE
-#   stop_server PORT TIMEOUT POLL     SIGTERM, wait up to TIMEOUT s, SIGKILL;
-#                                     removes RUN_DIR; exit 0 when not running
+#   stop_server PORT TIMEOUT POLL [keep]
+#                                     SIGTERM, wait up to TIMEOUT s, SIGKILL;
+#                                     removes RUN_DIR unless "keep" is given;
+#                                     exit 0 when not running
 #   server_status PORT PROBE CMD...   0 when running and answering (describes
 #                                     the server with CMD's output), else 1
 
@@ -233,14 +235,15 @@ wait_ready() {
   done
 }
 
-# stop_server PORT TIMEOUT POLL: stop the server named by PID_FILE (SIGTERM,
-# up to TIMEOUT seconds of waiting in steps of POLL, then SIGKILL) and remove
-# RUN_DIR. Succeeds when nothing runs (PORT only names it in the message).
+# stop_server PORT TIMEOUT POLL [keep]: stop the server named by PID_FILE
+# (SIGTERM, up to TIMEOUT seconds of waiting in steps of POLL, then SIGKILL)
+# and remove RUN_DIR, or leave it in place when the fourth argument is
+# "keep". Succeeds when nothing runs (PORT only names it in the message).
 stop_server() {
-  local port="$1" timeout="$2" poll="$3" pid
+  local port="$1" timeout="$2" poll="$3" keep="${4:-}" pid
   if ! is_running; then
     log "not running (port $port)"
-    rm -rf "$RUN_DIR"
+    [[ "$keep" == keep ]] || rm -rf "$RUN_DIR"
     return 0
   fi
   pid="$(read_pid)"
@@ -256,8 +259,12 @@ stop_server() {
     fi
     sleep "$poll"
   done
-  rm -rf "$RUN_DIR"
-  log "stopped"
+  if [[ "$keep" == keep ]]; then
+    log "stopped; $RUN_DIR kept"
+  else
+    rm -rf "$RUN_DIR"
+    log "stopped"
+  fi
 }
 
 # server_status PORT PROBE CMD...: 0 when the server runs and answers (the
