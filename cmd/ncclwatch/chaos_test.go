@@ -47,8 +47,11 @@ func chaosPoison(i int) []byte {
 }
 
 func TestIntegrationChaos(t *testing.T) {
-	itServers(t) // skips (or fails under NCCLWATCH_REQUIRE_SERVERS=1) like the others
+	brokers, _ := itServers(t)
 	long := os.Getenv("NCCLWATCH_CHAOS_LONG") == "1"
+	// NCCLWATCH_CHAOS_BROKER=0 leaves the broker restart out (and uses
+	// the shared broker).
+	restartBroker := os.Getenv("NCCLWATCH_CHAOS_BROKER") != "0"
 	nJobs, jobBytes, kills, poison, pause, brokerDown := 8, int64(384<<10), 3, 40, 8*time.Second, 2*time.Second
 	if long {
 		nJobs, jobBytes, kills, poison, pause, brokerDown = 20, 4<<20, 10, 2000, 60*time.Second, 30*time.Second
@@ -56,18 +59,25 @@ func TestIntegrationChaos(t *testing.T) {
 	// A broker and a ClickHouse server of the test's own (started side by
 	// side): both are stopped or paused here, while the shared ones serve
 	// the other packages' tests, which go test runs at the same time.
-	kb := newPrivateKafka(t)
+	var kb *privateKafka
 	kafkaUp := make(chan error, 1)
-	kb.wg.Add(1)
-	go func() {
-		defer kb.wg.Done()
-		kafkaUp <- kb.start()
-	}()
+	if restartBroker {
+		kb = newPrivateKafka(t)
+		kb.wg.Add(1)
+		go func() {
+			defer kb.wg.Done()
+			kafkaUp <- kb.start()
+		}()
+	} else {
+		kafkaUp <- nil
+	}
 	chAddr, signal := privateClickHouse(t)
 	if err := <-kafkaUp; err != nil {
 		t.Fatal(err)
 	}
-	brokers := []string{kb.addr}
+	if kb != nil {
+		brokers = []string{kb.addr}
+	}
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 
@@ -151,8 +161,19 @@ func TestIntegrationChaos(t *testing.T) {
 	logPath := filepath.Join(cdir, "run.log")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 	p = startProcess(t, bin, config, logPath, addr)
+	// A process that exits by itself (not killed here) is a failure, not
+	// another fault: the next one would hide it.
+	alive := func(when string) {
+		t.Helper()
+		select {
+		case <-p.done:
+			t.Errorf("ncclwatch run exited by itself before %s\n%s", when, p.dump())
+		default:
+		}
+	}
 	kill := func(i int) {
 		time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
+		alive(fmt.Sprintf("kill %d", i+1))
 		p.kill()
 		t.Logf("kill %d: SIGKILL", i+1)
 		p = startProcess(t, bin, config, logPath, addr)
@@ -161,46 +182,48 @@ func TestIntegrationChaos(t *testing.T) {
 	// The broker stopped while the new process consumes, kept down, and
 	// started again with its data (same log dirs, cluster id, committed
 	// offsets): the same process must carry on by itself.
-	eventually(t, "the new process consuming", func() string {
-		if n := metric(t, addr, "ncclwatch_records_total"); n == 0 {
-			return "no record consumed yet"
+	if restartBroker {
+		eventually(t, "the new process consuming", func() string {
+			if n := metric(t, addr, "ncclwatch_records_total"); n == 0 {
+				return "no record consumed yet"
+			}
+			return ""
+		}, p.dump)
+		stopped := time.Now()
+		if err := kb.stop(); err != nil {
+			t.Fatal(err)
 		}
-		return ""
-	}, p.dump)
-	stopped := time.Now()
-	if err := kb.stop(); err != nil {
-		t.Fatal(err)
-	}
-	atStop := metric(t, addr, "ncclwatch_records_total")
-	t.Logf("broker stopped in %v (this process had consumed %v records); /readyz %d",
-		time.Since(stopped).Round(10*time.Millisecond), atStop, readyz(addr))
-	time.Sleep(brokerDown)
-	if err := kb.start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-		t.Fatalf("ncclwatch run exited while the broker was down\n%s", p.dump())
-	default:
-	}
-	t.Logf("broker back after %v, the run still up", time.Since(stopped).Round(10*time.Millisecond))
-	eventually(t, "the run ready again after the broker restart", func() string {
+		atStop := metric(t, addr, "ncclwatch_records_total")
+		t.Logf("broker stopped in %v (this process had consumed %v records); /readyz %d",
+			time.Since(stopped).Round(10*time.Millisecond), atStop, readyz(addr))
+		time.Sleep(brokerDown)
+		if err := kb.start(); err != nil {
+			t.Fatal(err)
+		}
 		select {
 		case <-p.done:
-			return "exited"
+			t.Fatalf("ncclwatch run exited while the broker was down\n%s", p.dump())
 		default:
 		}
-		if code := readyz(addr); code != 200 {
-			return fmt.Sprintf("/readyz = %d", code)
-		}
-		// Consuming again: the input was not all read before the stop.
-		if n := metric(t, addr, "ncclwatch_records_total"); n <= atStop {
-			return fmt.Sprintf("records_total %v, %v when the broker stopped", n, atStop)
-		}
-		return ""
-	}, p.dump)
-	t.Logf("consuming again %v after the stop: %v records", time.Since(stopped).Round(10*time.Millisecond),
-		metric(t, addr, "ncclwatch_records_total"))
+		t.Logf("broker back after %v, the run still up", time.Since(stopped).Round(10*time.Millisecond))
+		eventually(t, "the run ready again after the broker restart", func() string {
+			select {
+			case <-p.done:
+				return "exited"
+			default:
+			}
+			if code := readyz(addr); code != 200 {
+				return fmt.Sprintf("/readyz = %d", code)
+			}
+			// Consuming again: the input was not all read before the stop.
+			if n := metric(t, addr, "ncclwatch_records_total"); n <= atStop {
+				return fmt.Sprintf("records_total %v, %v when the broker stopped", n, atStop)
+			}
+			return ""
+		}, p.dump)
+		t.Logf("consuming again %v after the stop: %v records", time.Since(stopped).Round(10*time.Millisecond),
+			metric(t, addr, "ncclwatch_records_total"))
+	}
 	// ClickHouse paused while a second member joins (a rebalance), and
 	// resumed before it leaves (another).
 	second := chaos.config(t)
@@ -223,6 +246,7 @@ func TestIntegrationChaos(t *testing.T) {
 		kill(i)
 	}
 	consumed("the chaos run consumed everything", chaos, p.dump)
+	alive("the end")
 	p.kill()
 
 	for _, table := range storedTables {
