@@ -5,7 +5,7 @@
 # test's own Kafka broker stopped for 30 s and started again with its data,
 # its own ClickHouse SIGSTOPped 60 s, a second group member, 2 000 poison
 # records; every table compared with a fault-free run. Short is the form
-# `make test` runs (broker down 2 s; NCCLWATCH_CHAOS_BROKER=0: no restart).
+# `make test` ran before it became opt-in (broker down 2 s; NCCLWATCH_CHAOS_BROKER=0: no restart).
 #
 # Starts the shared Kafka broker and ClickHouse server (kafka.sh,
 # clickhouse.sh) when they are not running, and stops again the ones it
@@ -54,7 +54,7 @@ for s in kafka clickhouse; do
 done
 
 export NCCLWATCH_TEST_KAFKA="127.0.0.1:$KAFKA_PORT" NCCLWATCH_TEST_CLICKHOUSE="127.0.0.1:$CLICKHOUSE_PORT"
-export NCCLWATCH_REQUIRE_SERVERS=1 NCCLWATCH_CHAOS_LONG="$long"
+export NCCLWATCH_REQUIRE_SERVERS=1 NCCLWATCH_CHAOS=1 NCCLWATCH_CHAOS_LONG="$long"
 log "running TestIntegrationChaos ($form form)"
 cd "$root"
 go test -count=1 -timeout 40m -run '^TestIntegrationChaos$' ./cmd/ncclwatch -v "$@"
