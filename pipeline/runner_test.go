@@ -479,7 +479,7 @@ func TestRunnerStoresTelemetry(t *testing.T) {
 	dcfg := parsers.DefaultDecoderConfig()
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
+		Candidate: parsers.Prefilter(true),
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: counting, Logger: zerolog.Nop(),
 	})
 	off := int64(0)

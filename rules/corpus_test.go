@@ -288,7 +288,7 @@ func TestRulesRunnerCanaryTelemetry(t *testing.T) {
 	stage := rules.NewStage(eng, sink, time.Minute, rules.StageDeps{Now: func() time.Time { return now }})
 	runner := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) }, Classifier: &parsers.Lines{},
-		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
+		Candidate: parsers.Prefilter(true),
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: stage,
 		Now:     func() time.Time { return now },
 		Observe: true,

@@ -214,7 +214,7 @@ func deliveryLife(t *testing.T, e *itEnv, sink pipeline.Consumer, msgs []pipelin
 	com := &offsetLog{next: committed}
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: func(v []byte) bool { return parsers.Candidate(v) || parsers.TelemetryCandidate(v) },
+		Candidate: parsers.Prefilter(true),
 		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Observe: true,
 		Sink: stage, Committer: com, Loader: e.ch, Logger: zerolog.Nop(), Now: clock,
 	})
