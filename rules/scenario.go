@@ -490,7 +490,8 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 	if err := sc.observeAssembled(key); err != nil {
 		return err
 	}
-	// After the summary, as the runner's OnTelemetry comes after OnJob.
+	// After the summary, as Engine.ObserveBatch reads a batch's jobs before
+	// its telemetry.
 	if sc.tel != nil {
 		tests, training := sc.tel.Report(key)
 		ckpts := sc.tel.Checkpoints(key)

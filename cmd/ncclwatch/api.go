@@ -75,8 +75,9 @@ func toAPIJob(j pipeline.JobSummary, source string) apiJob {
 const liveJobsMax = 50000
 
 // liveJobs holds the latest summary of every job the running service
-// flushed. observe runs on the runner's goroutine (OnFlush); queries on the
-// HTTP server's.
+// stored. observe runs as the last stage of the chain, after the sink
+// accepted the batch (one batch at a time); queries on the HTTP server's
+// goroutines.
 type liveJobs struct {
 	mu   sync.RWMutex
 	jobs map[sinks.JobKey]pipeline.JobSummary
@@ -116,7 +117,8 @@ func (l *liveJobs) observe(jobs []pipeline.JobSummary) {
 	}
 }
 
-// chain returns an OnFlush that feeds l, then next (may be nil).
+// chain returns the function the last stage calls with the stored job
+// summaries: it feeds l, then next (may be nil).
 func (l *liveJobs) chain(next func([]pipeline.JobSummary)) func([]pipeline.JobSummary) {
 	return func(jobs []pipeline.JobSummary) {
 		l.observe(jobs)
