@@ -161,7 +161,7 @@ func parseCheckpointUpper(b []byte, cl *pipeline.CheckpointLine) bool {
 	cl.Framework, cl.Op = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave
 	// The default tag is "global_step<N>" (engine.py save_checkpoint).
 	if hasPrefix(tag, "global_step") {
-		cl.Step, _ = atoi64(tag[len("global_step"):])
+		cl.Step, _ = stepNumber(tag[len("global_step"):])
 	}
 	return true
 }
@@ -171,7 +171,7 @@ func parseCheckpointUpper(b []byte, cl *pipeline.CheckpointLine) bool {
 func megatronSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	rest := b[i+len("saving checkpoint at iteration "):]
 	n, rest := nextField(rest)
-	step, ok := atoi64(n)
+	step, ok := stepNumber(n)
 	if !ok {
 		return false
 	}
@@ -198,7 +198,7 @@ func megatronSaved(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 		return false
 	}
 	n, rest := nextField(rest)
-	step, ok := atoi64(n)
+	step, ok := stepNumber(n)
 	if !ok {
 		return false
 	}
@@ -218,7 +218,7 @@ func megatronLoading(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	if k < 0 {
 		return false
 	}
-	step, ok := atoi64(trimBlank(rest[k+len(" at iteration "):]))
+	step, ok := stepNumber(trimBlank(rest[k+len(" at iteration "):]))
 	if !ok {
 		return false
 	}
@@ -233,7 +233,7 @@ func megatronLoaded(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	rest := b[i+len("successfully loaded checkpoint from "):]
 	cl.Framework, cl.Op, cl.Phase = pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointEnd
 	if k := bytes.LastIndex(rest, []byte(" at iteration ")); k >= 0 {
-		cl.Step, _ = atoi64(trimBlank(rest[k+len(" at iteration "):]))
+		cl.Step, _ = stepNumber(trimBlank(rest[k+len(" at iteration "):]))
 		rest = rest[:k]
 	}
 	cl.Path = cutParallelRanks(trimBlank(rest))
@@ -318,7 +318,7 @@ func deepSpeedPath(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 func titanSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	cl.Framework, cl.Op, cl.Phase = pipeline.FrameworkTorchtitan, pipeline.CheckpointSave, pipeline.CheckpointStart
 	if k := bytes.Index(b, []byte("last step, step ")); k >= 0 {
-		cl.Step, _ = atoi64(bytes.TrimRight(firstField(b[k+len("last step, step "):]), "."))
+		cl.Step, _ = stepNumber(bytes.TrimRight(firstField(b[k+len("last step, step "):]), "."))
 	}
 	return true
 }
@@ -332,7 +332,7 @@ func titanLoading(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 		cl.Path = trimBlank(rest[len("from "):])
 		cl.Step = stepSuffix(cl.Path, "step-")
 	case hasPrefix(rest, "at step "):
-		cl.Step, _ = atoi64(rest[len("at step "):])
+		cl.Step, _ = stepNumber(rest[len("at step "):])
 	default:
 		return false
 	}
@@ -384,7 +384,7 @@ func fairseqSaved(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	tail := rest[k:]
 	if a := bytes.Index(tail, []byte("@ ")); a >= 0 {
 		n, r := nextField(tail[a+2:])
-		if v, ok := atoi64(n); ok && hasPrefix(trimBlank(r), "updates") {
+		if v, ok := stepNumber(n); ok && hasPrefix(trimBlank(r), "updates") {
 			cl.Step = v
 		}
 	}
@@ -431,7 +431,7 @@ func parseLightningSave(b []byte, cl *pipeline.CheckpointLine) bool {
 	if g < 0 || s < g {
 		return false
 	}
-	step, ok := atoi64(bytes.TrimSuffix(firstField(b[g+len("global step "):]), []byte(":")))
+	step, ok := stepNumber(bytes.TrimSuffix(firstField(b[g+len("global step "):]), []byte(":")))
 	if !ok {
 		return false
 	}
@@ -476,9 +476,18 @@ func stepSuffix(p []byte, prefix string) int64 {
 	if e == 0 || e < len(d) && d[e] != '/' && d[e] != '-' && d[e] != '.' {
 		return -1
 	}
-	n, ok := atoi64(d[:e])
+	n, ok := stepNumber(d[:e])
 	if !ok {
 		return -1
 	}
 	return n
+}
+
+// stepNumber reads a step or iteration count: unsigned decimal digits
+// only, so "step -10" is no step (-1, false) rather than a negative one.
+func stepNumber(b []byte) (int64, bool) {
+	if len(b) == 0 || !isDigit(b[0]) {
+		return -1, false
+	}
+	return atoi64(b)
 }
