@@ -32,6 +32,11 @@ type Message struct {
 	Key       []byte
 	Value     []byte
 	Time      time.Time
+	// HighWaterMark is the partition's high water mark when the record
+	// was fetched (the offset the next produced record gets), 0 when the
+	// source does not know it. A record at HighWaterMark-1 says the
+	// partition has been read to its end (see RunnerConfig.FoldIdle).
+	HighWaterMark int64
 }
 
 // Partition is one assigned partition.
@@ -94,8 +99,16 @@ type RunnerConfig struct {
 	// under a second; 5 s is an outage, not a slow insert.
 	SinkTimeout time.Duration `yaml:"sink_timeout"`
 	// ShutdownTimeout bounds the final flush and commit on SIGTERM.
-	ShutdownTimeout time.Duration   `yaml:"shutdown_timeout"`
-	Assembler       AssemblerConfig `yaml:"assembler"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// FoldIdle: a partition read to its end (its last record was at the
+	// high water mark) that got nothing new for this long has its open
+	// training_steps fold window closed, so that its offsets are committed
+	// to the end (Telemetry.FoldRecords holds them back otherwise). 5 s:
+	// the ranks of a job print one step within a second of one another,
+	// so a longer silence ends the step; a partition still being read
+	// never closes a window early, however long it is.
+	FoldIdle  time.Duration   `yaml:"fold_idle"`
+	Assembler AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
 	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
@@ -114,6 +127,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		MaxBackoff:      5 * time.Second,
 		SinkTimeout:     5 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
+		FoldIdle:        5 * time.Second,
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
@@ -145,6 +159,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("pipeline.shutdown_timeout: must be > 0"))
+	}
+	if c.FoldIdle <= 0 {
+		errs = append(errs, errors.New("pipeline.fold_idle: must be > 0"))
 	}
 	if err := c.Assembler.Validate(); err != nil {
 		errs = append(errs, err)
@@ -226,6 +243,7 @@ type Runner struct {
 	offsets  map[partKey]int64    // next offsets covered by the open batch
 	decoders map[partKey]Decoder  // one per partition: partial lines join within it
 	pending  map[partKey]int64    // offset of the first piece of a partition's partial line
+	parts    map[partKey]*partState
 	namer    JobNamer
 	meta     Meta
 	cur      *Message
@@ -295,6 +313,7 @@ func (r *Runner) reset() {
 	r.touched = map[string]time.Time{}
 	r.decoders = map[partKey]Decoder{}
 	r.pending = map[partKey]int64{}
+	r.parts = map[partKey]*partState{}
 	r.jobs.Store(0)
 }
 
@@ -658,6 +677,13 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 	}
 	k := partKey{m.Topic, m.Partition}
 	r.offsets[k] = m.Offset + 1
+	ps := r.parts[k]
+	if ps == nil {
+		ps = &partState{}
+		r.parts[k] = ps
+	}
+	ps.next, ps.seen = m.Offset+1, r.deps.Now()
+	ps.atEnd = m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
 	switch {
 	case len(m.Value) > r.cfg.MaxRecordBytes:
 		r.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
@@ -693,6 +719,31 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 func (r *Runner) partial(k partKey) bool {
 	_, ok := r.pending[k]
 	return ok
+}
+
+// partState is what the loop knows of a partition of the generation.
+type partState struct {
+	next  int64     // offset after the last record delivered
+	seen  time.Time // when it was delivered
+	atEnd bool      // it was the partition's last record when fetched
+	held  bool      // the last commit stopped short of next
+}
+
+// quiet reports whether the partition was read to its end and got
+// nothing for idle.
+func (p *partState) quiet(now time.Time, idle time.Duration) bool {
+	return p.atEnd && now.Sub(p.seen) >= idle
+}
+
+// releasable reports whether a partition whose commit was held back is
+// quiet now: a flush commits it to its end.
+func (r *Runner) releasable(now time.Time) bool {
+	for _, ps := range r.parts {
+		if ps.held && ps.quiet(now, r.cfg.FoldIdle) {
+			return true
+		}
+	}
+	return false
 }
 
 // decoder returns the partition's decoder.
@@ -877,7 +928,8 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 			r.dirty[job] = true
 		}
 	}
-	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 {
+	release := r.releasable(now)
+	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release {
 		r.stored()
 		return nil, false
 	}
@@ -917,14 +969,28 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 	r.batch.Evicted = append(r.batch.Evicted[:0], evict...)
 	slices.Sort(r.batch.Evicted)
 	r.batch.Offsets = r.batch.Offsets[:0]
-	// Not past the first piece of a partial line: a replay from the commit
-	// must see the whole line again.
-	hold := r.pending
-	for k, next := range r.offsets {
-		if h, ok := hold[k]; ok && h < next {
-			next = h
+	for k, ps := range r.parts {
+		if _, ok := r.offsets[k]; !ok && !(release && ps.held) {
+			continue // nothing new to commit
 		}
-		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: next})
+		next := ps.next
+		// Not past the first piece of a partial line: a replay from the
+		// commit must see the whole line again.
+		c := next
+		if h, ok := r.pending[k]; ok && h < c {
+			c = h
+		}
+		// Not past the first line of an open training_steps row: a replay
+		// from the commit must fold the same lines into it.
+		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
+			if ps.quiet(now, r.cfg.FoldIdle) {
+				r.tel.CloseFolds(k.topic, k.part)
+			} else if h < c {
+				c = h
+			}
+		}
+		ps.held = c < next
+		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: c})
 	}
 	slices.SortFunc(r.batch.Offsets, func(x, y Offset) int {
 		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))

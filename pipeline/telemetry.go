@@ -191,9 +191,11 @@ type TrainingStep struct {
 	Step      int64  // -1 when the line gives none (an amend row carries its step's number)
 	// Ranks is the number of lines the row stands for: every rank of a
 	// job may print the same step, and the lines of one step and kind of
-	// a series that fall into one batch are stored as one row (the first
-	// line's coordinates, pod, rank and figures) with their count, so that
-	// storage grows with steps, not with ranks. 0 reads as 1.
+	// a series that fall into one fold window of a partition
+	// (TelemetryAssemblerConfig.FoldRecords offsets) are stored as one
+	// row (the first line's coordinates, pod, rank and figures) with
+	// their count, so that storage grows with steps, not with ranks. The
+	// same row is written again as its count grows. 0 reads as 1.
 	Ranks int
 	// Network is the NCCL network the job used when the line was seen
 	// (the latest "Using network" of the job), "" before any.
@@ -322,6 +324,17 @@ type TelemetryAssemblerConfig struct {
 	ModelLabels []string `yaml:"model_labels"`
 	// CanaryLabel marks a fabric canary's pods (value "true").
 	CanaryLabel string `yaml:"canary_label"`
+	// FoldRecords is the width, in offsets of one Kafka partition, of the
+	// windows within which copies of one step's progress line are folded
+	// into one training_steps row (see Add). Windows start at multiples of
+	// it, so a row depends only on the records of its window, never on
+	// batch boundaries or crash points; offsets are not committed past the
+	// first line of a row whose window is still open, so a restart replays
+	// at most this many records of a partition. 4096: the ranks of a job
+	// print a step within a few hundred records of one another even in a
+	// partition shared by many pods, and replaying 4096 records costs
+	// milliseconds.
+	FoldRecords int64 `yaml:"fold_records"`
 }
 
 // Labels of the fabric canary and of training pods (deploy/kubernetes/
@@ -343,6 +356,7 @@ func DefaultTelemetryAssemblerConfig() TelemetryAssemblerConfig {
 		PoolLabels:     []string{LabelPool},
 		ModelLabels:    []string{LabelModel},
 		CanaryLabel:    LabelCanary,
+		FoldRecords:    4096,
 	}
 }
 
@@ -361,6 +375,9 @@ func (c TelemetryAssemblerConfig) Validate() error {
 	if c.MedianSamples < 2 {
 		errs = append(errs, errors.New("telemetry.median_samples: must be >= 2"))
 	}
+	if c.FoldRecords <= 0 {
+		errs = append(errs, errors.New("telemetry.fold_records: must be > 0"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -373,12 +390,42 @@ type TelemetryAssembler struct {
 	inv   *Inventory
 	jobs  map[string]*telJob
 	clock uint64 // Add count: recency for eviction without reading the time
+	folds map[foldPart]*partFold
+}
+
+// foldPart is a Kafka partition, the unit training_steps rows are folded
+// in.
+type foldPart struct {
+	topic string
+	part  int32
+}
+
+// partFold is one partition's open fold window: the rows of step lines
+// whose offsets fall in [window*FoldRecords, (window+1)*FoldRecords).
+type partFold struct {
+	window int64
+	rows   map[foldKey]*openRow
+	first  int64            // the lowest offset of a row's first line; rows is empty when -1
+	last   map[string]int64 // job + framework → step of the window's latest step line of that series
+}
+
+type foldKey struct {
+	job, framework, kind string
+	step                 int64
+}
+
+// openRow is a row of the open window; idx is where it was last appended
+// to a batch (checked against the row's coordinates: the batch may have
+// been flushed since).
+type openRow struct {
+	row TrainingStep
+	idx int
 }
 
 // NewTelemetryAssembler returns an assembler; cfg must be valid. inv, when
 // not nil, names the pool of a pod's node when no pool label does.
 func NewTelemetryAssembler(cfg TelemetryAssemblerConfig, inv *Inventory) *TelemetryAssembler {
-	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}}
+	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}, folds: map[foldPart]*partFold{}}
 }
 
 type telJob struct {
@@ -418,14 +465,7 @@ type series struct {
 	prevNet    string
 	prevMedian float64
 	changedAt  int64
-	recent     [recentRows]int // indexes in the batch's Steps of the series's latest rows
-	next       int             // next slot of recent
 }
-
-// recentRows is how many of a series's latest rows a line may be folded
-// into: ranks of one job print a step at about the same time, a few steps
-// apart at most.
-const recentRows = 4
 
 // testRun is one nccl-tests run of a job.
 type testRun struct {
@@ -486,20 +526,13 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 	}
 	switch tl.Kind {
 	case TelemetryStep, TelemetryAmend, TelemetrySummary:
-		s := j.seriesOf(tl.Framework, tl.Kind != TelemetryAmend, a.cfg.MedianSamples)
-		if s == nil {
-			return // an amend line with no step to amend
+		// The reports follow the job's series; an amend line with no step
+		// to amend is not in them.
+		if s := j.seriesOf(tl.Framework, tl.Kind != TelemetryAmend, a.cfg.MedianSamples); s != nil {
+			s.add(tl)
 		}
-		s.add(tl)
 		if out != nil {
-			row := j.stepRow(a.rowMeta(meta), tl, s, t, src) // rows carry their own line's pod and node
-			if s.fold(out, &row) {
-				return
-			}
-			s.recent[s.next] = len(out.Steps)
-			s.next = (s.next + 1) % recentRows
-			out.Steps = append(out.Steps, row)
-			out.Bytes += 160 + len(row.Job) + len(row.Pod)
+			a.foldStep(job, j, a.rowMeta(meta), tl, t, src, out)
 		}
 	case TelemetryNCCLComm:
 		if tl.NRanks > j.ncclRanks {
@@ -690,32 +723,97 @@ func (j *telJob) setNetwork(name string) {
 	}
 }
 
-// fold counts row into one of the series's recent rows of out with the same
-// step number and kind, and reports whether it did. The indexes are checked
-// against the rows they point at: after a flush the batch starts over.
-func (s *series) fold(out *Batch, row *TrainingStep) bool {
-	if row.Step < 0 {
-		return false // lines without a step number are not copies of one step
-	}
-	for _, i := range s.recent {
-		if i >= len(out.Steps) {
-			continue
+// foldStep turns a step, amend or summary line into a training_steps row,
+// or counts it in the open row of its window with the same job, series,
+// kind and step number. Rows depend only on the records of their
+// partition's window (the FoldRecords offsets around the line): the
+// window of an offset is fixed, a row's coordinates are those of its
+// window's first matching line, and an amend line takes the step of the
+// latest step line of its series earlier in the window (step -1 when
+// there is none). A row whose count changed is appended to out again (or
+// updated in place while out still holds it); storage keeps the last
+// written, the most complete. The job's NCCL network at the row's first
+// line is the one part that comes from outside the partition.
+func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
+	pk := foldPart{src.Topic, src.Partition}
+	w := src.Offset / a.cfg.FoldRecords
+	pf := a.folds[pk]
+	if pf == nil || pf.window != w {
+		if pf == nil {
+			pf = &partFold{}
+			a.folds[pk] = pf
 		}
-		r := &out.Steps[i]
-		if r.Step == row.Step && r.Kind == row.Kind && r.Framework == row.Framework && r.Job == row.Job &&
-			r.Namespace == row.Namespace && r.Cluster == row.Cluster {
-			r.Ranks++
-			return true
+		*pf = partFold{window: w, rows: map[foldKey]*openRow{}, first: -1, last: map[string]int64{}}
+	}
+	series := job + "\x00" + tl.Framework
+	step := tl.Step
+	switch tl.Kind {
+	case TelemetryAmend:
+		step = -1
+		if s, ok := pf.last[series]; ok {
+			step = s
+		}
+	case TelemetryStep:
+		if step >= 0 {
+			pf.last[series] = step
 		}
 	}
-	return false
+	key := foldKey{job: job, framework: tl.Framework, kind: tl.Kind.String(), step: step}
+	if step >= 0 {
+		if o := pf.rows[key]; o != nil {
+			o.row.Ranks++
+			if o.idx < len(out.Steps) && out.Steps[o.idx].Source == o.row.Source {
+				out.Steps[o.idx].Ranks = o.row.Ranks
+				return
+			}
+			o.idx = len(out.Steps)
+			out.Steps = append(out.Steps, o.row)
+			out.Bytes += 160 + len(o.row.Job) + len(o.row.Pod)
+			return
+		}
+	}
+	row := j.stepRow(m, tl, step, t, src) // rows carry their own line's pod and node
+	if step >= 0 {
+		// Lines without a step number are rows of their own: complete at
+		// once, nothing to hold.
+		pf.rows[key] = &openRow{row: row, idx: len(out.Steps)}
+		if pf.first < 0 || src.Offset < pf.first {
+			pf.first = src.Offset
+		}
+	}
+	out.Steps = append(out.Steps, row)
+	out.Bytes += 160 + len(row.Job) + len(row.Pod)
 }
 
-func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, s *series, t time.Time, src Source) TrainingStep {
-	step := tl.Step
-	if tl.Kind == TelemetryAmend {
-		step = s.lastStep
+// Hold returns the offset below which a partition's offsets may be
+// committed: the first line of its open window's rows, false when no row
+// is open. next is the partition's next offset: the window is complete
+// (and dropped) once next is past its end.
+func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, bool) {
+	pk := foldPart{topic, part}
+	pf := a.folds[pk]
+	if pf == nil {
+		return 0, false
 	}
+	if next/a.cfg.FoldRecords != pf.window {
+		delete(a.folds, pk)
+		return 0, false
+	}
+	if pf.first < 0 {
+		return 0, false
+	}
+	return pf.first, true
+}
+
+// CloseFolds ends a partition's open window early: its rows are complete
+// as they are, and the lines that follow start new rows. The runner calls
+// it only when it has read everything the partition holds and nothing new
+// came for a while, the one point where folding depends on timing.
+func (a *TelemetryAssembler) CloseFolds(topic string, part int32) {
+	delete(a.folds, foldPart{topic, part})
+}
+
+func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) TrainingStep {
 	r := TrainingStep{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
 		Pod: m.Pod, Node: m.Node, Pool: m.pool, Model: m.model, Framework: tl.Framework,
 		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Ranks: 1, Network: j.network,

@@ -152,18 +152,22 @@ func TestTelemetryAssemblerSeries(t *testing.T) {
 	if d := training[1]; d.Steps != 1 || *d.SamplesPerSLast != 58.7 || d.MedianStepTime != nil {
 		t.Errorf("deepspeed series = %+v", d)
 	}
-	// Rows: every step and the two amendments that found a step; the
-	// other rank's copy of step 2 is counted in step 2's row.
-	if len(b.Steps) != 6 {
-		t.Fatalf("%d step rows; want 6", len(b.Steps))
+	// Rows: every step, the two amendments that found a step and the one
+	// that found none (step -1: its figures are kept); the other rank's
+	// copy of step 2 is counted in step 2's row.
+	if len(b.Steps) != 7 {
+		t.Fatalf("%d step rows; want 7", len(b.Steps))
 	}
-	if r := b.Steps[2]; r.Step != 2 || r.Ranks != 2 || b.Steps[3].Ranks != 1 {
+	if r := b.Steps[0]; r.Kind != "amend" || r.Step != -1 || r.Ranks != 1 || r.TFLOPs != 40 {
+		t.Errorf("amend row without a step = %+v", r)
+	}
+	if r := b.Steps[3]; r.Step != 2 || r.Ranks != 2 || b.Steps[4].Ranks != 1 {
 		t.Errorf("step 2 row = %+v; want Ranks 2 (two lines)", r)
 	}
-	if r := b.Steps[1]; r.Kind != "amend" || r.Step != 1 || r.TFLOPs != 41.31 || r.Model != "gpt-52b" || !math.IsNaN(r.StepTime) {
+	if r := b.Steps[2]; r.Kind != "amend" || r.Step != 1 || r.TFLOPs != 41.31 || r.Model != "gpt-52b" || !math.IsNaN(r.StepTime) {
 		t.Errorf("amend row = %+v", r)
 	}
-	if r := b.Steps[5]; r.Kind != "amend" || r.Step != 3 || r.Framework != FrameworkMegatron {
+	if r := b.Steps[6]; r.Kind != "amend" || r.Step != 3 || r.Framework != FrameworkMegatron {
 		t.Errorf("last amend row = %+v", r)
 	}
 }

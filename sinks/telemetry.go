@@ -3,6 +3,7 @@ package sinks
 import (
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -32,9 +33,14 @@ var telemetryTables = []table{
 			}
 			return nil
 		},
+		// A row is written again as its count grows (pipeline.
+		// TrainingStep.Ranks): the count is part of its identity here, or
+		// the server would drop the update as a repeat.
 		key: func(b *pipeline.Batch, h io.Writer) {
+			var buf [12]byte
 			for i := range b.Steps {
 				writeSource(h, b.Steps[i].Source)
+				h.Write(strconv.AppendInt(buf[:0], int64(b.Steps[i].Ranks), 10))
 			}
 		},
 	},

@@ -689,7 +689,7 @@ func (e *emitter) Assigned(ctx context.Context, parts []Partition) error {
 
 func (e *emitter) Message(ctx context.Context, m Message) error {
 	in := pipeline.Input{Kind: pipeline.InputMessage, Message: pipeline.Message{Topic: m.Topic, Partition: m.Partition,
-		Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}}
+		Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time, HighWaterMark: m.HighWaterMark}}
 	select {
 	case e.out <- in:
 		return nil

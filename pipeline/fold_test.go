@@ -1,0 +1,292 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
+)
+
+// stepTable is training_steps as a ReplacingMergeTree keyed by the row's
+// coordinates shows it after FINAL: the last row written for a key wins.
+type stepTable struct {
+	recordingSink
+	mu     sync.Mutex
+	rows   map[pipeline.Source]pipeline.TrainingStep
+	writes int
+}
+
+func (s *stepTable) Consume(ctx context.Context, b *pipeline.Batch) error {
+	if err := s.recordingSink.Consume(ctx, b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rows == nil {
+		s.rows = map[pipeline.Source]pipeline.TrainingStep{}
+	}
+	for _, r := range b.Steps {
+		s.rows[r.Source] = r
+		s.writes++
+	}
+	return nil
+}
+
+// dump lists the table's rows in key order, one line each.
+func (s *stepTable) dump() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.rows))
+	for _, r := range s.rows {
+		out = append(out, fmt.Sprintf("%s/%d/%06d/%d %s %s step %d ranks %d pod %s net %q tflops %v",
+			r.Source.Topic, r.Source.Partition, r.Source.Offset, r.Source.Line, r.Framework, r.Kind, r.Step, r.Ranks,
+			r.Pod, r.Network, r.TFLOPs))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// foldInput is a stream on two partitions: torchtitan step lines printed
+// by three ranks (pods) of one job, interleaved on partition 0 with NCCL
+// init lines and noise, and a Composer job whose throughput block lines
+// amend its steps on partition 1.
+func foldInput(t *testing.T) []pipeline.Message {
+	t.Helper()
+	read := func(dir, name string) []string {
+		b, err := os.ReadFile(filepath.Join("..", "testdata", dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	}
+	titan := read("telemetry", "032_torchtitan_all_ranks_duplicate_step_lines_no_prefix.log")
+	composer := read("telemetry", "054_composer_llm_foundry_mpt30b_2node_console_throughput_block.log")
+	nccl := read("corpus", healthy)
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var msgs []pipeline.Message
+	next := map[int32]int64{}
+	add := func(part int32, key string, value []byte) {
+		msgs = append(msgs, pipeline.Message{Topic: "logs", Partition: part, Offset: next[part], Key: []byte(key),
+			Value: value, Time: t0.Add(time.Duration(len(msgs)) * time.Millisecond)})
+		next[part]++
+	}
+	for i, l := range nccl[:min(len(nccl), 12)] {
+		add(0, "titan", fluentBit(t, l, "titan", fmt.Sprintf("titan-worker-%d", i%3), "n0"))
+	}
+	for i, l := range titan {
+		for rank := range 3 {
+			add(0, "titan", fluentBit(t, l, "titan", fmt.Sprintf("titan-worker-%d", rank), "n0"))
+			if (i+rank)%2 == 0 {
+				add(0, "noise", fluentBit(t, "epoch 1 dataloader ready", "other", "other-0", "n1"))
+			}
+		}
+	}
+	for _, l := range composer {
+		add(1, "composer", fluentBit(t, l, "composer", "composer-0", "n2"))
+	}
+	return msgs
+}
+
+// foldRunner is a runner over tbl with the telemetry parser and a small
+// fold window (10 offsets), so that the input crosses several windows.
+func foldRunner(t *testing.T, tbl *stepTable, commit pipeline.Committer) *pipeline.Runner {
+	t.Helper()
+	cfg := pipeline.DefaultRunnerConfig()
+	cfg.Telemetry.FoldRecords = 10
+	cfg.MaxRecordBytes = 8192
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	dcfg := parsers.DefaultDecoderConfig()
+	return pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
+		Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		Sink: tbl, Loader: tbl, Committer: commit, Logger: zerolog.Nop(),
+		Now: func() time.Time { return time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC) }})
+}
+
+func feedAll(t *testing.T, r *pipeline.Runner, msgs []pipeline.Message, flushAfter func(i int) bool) {
+	t.Helper()
+	for i, m := range msgs {
+		if err := r.Message(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		if flushAfter(i) {
+			if err := r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTrainingStepsIndependentOfBatches: the stored training_steps rows
+// depend only on the input, never on where batches end. Before the fold
+// windows, the copies of one step were folded per batch, and a batch
+// boundary between two ranks' copies gave two rows (ranks 1 + 2) instead
+// of one (ranks 3).
+func TestTrainingStepsIndependentOfBatches(t *testing.T) {
+	msgs := foldInput(t)
+	control := &stepTable{}
+	feedAll(t, foldRunner(t, control, nil), msgs, func(int) bool { return false })
+	want := control.dump()
+	folded := false
+	for _, r := range control.rows {
+		folded = folded || r.Ranks == 3
+	}
+	if !folded || len(want) == 0 {
+		t.Fatalf("control has no row folding three ranks' copies:\n%s", strings.Join(want, "\n"))
+	}
+	for cut := range len(msgs) - 1 {
+		got := &stepTable{}
+		feedAll(t, foldRunner(t, got, nil), msgs, func(i int) bool { return i == cut })
+		if d := diffLines(got.dump(), want); d != "" {
+			t.Fatalf("batch boundary after record %d: training_steps differs from one batch:\n%s", cut, d)
+		}
+	}
+	// And with a flush after every record.
+	got := &stepTable{}
+	feedAll(t, foldRunner(t, got, nil), msgs, func(int) bool { return true })
+	if d := diffLines(got.dump(), want); d != "" {
+		t.Fatalf("a batch per record: training_steps differs from one batch:\n%s", d)
+	}
+}
+
+// TestTrainingStepsIdempotentReplay: a process that stored batches up to
+// any point, committed (or crashed before committing its last batch), is
+// followed by a fresh one that rebuilds and replays from the committed
+// offsets; the table ends equal to a fault-free run's.
+func TestTrainingStepsIdempotentReplay(t *testing.T) {
+	msgs := foldInput(t)
+	control := &stepTable{}
+	feedAll(t, foldRunner(t, control, nil), msgs, func(int) bool { return false })
+	want := control.dump()
+	for _, every := range []int{3, 7} {
+		for crash := 1; crash < len(msgs); crash++ {
+			for _, lostCommit := range []bool{false, true} {
+				tbl := &stepTable{}
+				commits := &recordingCommitter{}
+				r := foldRunner(t, tbl, commits)
+				feedAll(t, r, msgs[:crash], func(i int) bool { return i%every == every-1 })
+				// The crash: the runner is dropped. lostCommit: its last
+				// batch was stored but its offsets never committed.
+				committed := map[int32]int64{}
+				cs := commits.commits
+				if lostCommit && len(cs) > 0 {
+					cs = cs[:len(cs)-1]
+				}
+				for _, c := range cs {
+					for _, o := range c {
+						if o.Next < committed[o.Partition] {
+							t.Fatalf("commit went back: %+v after %d", o, committed[o.Partition])
+						}
+						committed[o.Partition] = o.Next
+					}
+				}
+				r2 := foldRunner(t, tbl, commits)
+				parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
+					{Topic: "logs", Partition: 1, Committed: committed[1]}}
+				if err := r2.Assigned(context.Background(), parts); err != nil {
+					t.Fatal(err)
+				}
+				var rest []pipeline.Message
+				for _, m := range msgs {
+					if m.Offset >= committed[m.Partition] {
+						rest = append(rest, m)
+					}
+				}
+				feedAll(t, r2, rest, func(i int) bool { return i%every == every-1 })
+				if d := diffLines(tbl.dump(), want); d != "" {
+					t.Fatalf("flush every %d, crash after %d records (commit lost %v, committed %v): training_steps differs from the fault-free run:\n%s",
+						every, crash, lostCommit, committed, d)
+				}
+			}
+		}
+	}
+}
+
+// TestTrainingStepsCommitHeldUntilQuiet: offsets are not committed past
+// the first line of an open row; once the partition was read to its end
+// and stayed quiet for pipeline.fold_idle, a flush commits it to the end.
+func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
+	tbl := &stepTable{}
+	commits := &recordingCommitter{}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	cfg := pipeline.DefaultRunnerConfig()
+	dcfg := parsers.DefaultDecoderConfig()
+	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
+		Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		Sink: tbl, Committer: commits, Logger: zerolog.Nop(), Now: func() time.Time { return now }})
+	step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+	vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
+		fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
+	for i, v := range vals {
+		if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: now,
+			HighWaterMark: int64(len(vals))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := func() int64 {
+		t.Helper()
+		if len(commits.commits) == 0 {
+			t.Fatal("nothing committed")
+		}
+		c := commits.commits[len(commits.commits)-1]
+		return c[len(c)-1].Next
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); got != 1 {
+		t.Errorf("committed %d with the step row open; want 1, its first line", got)
+	}
+	now = now.Add(cfg.FoldIdle)
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); got != int64(len(vals)) {
+		t.Errorf("committed %d after the partition was quiet at its end for fold_idle; want %d", got, len(vals))
+	}
+	if d := diffLines(tbl.dump(), []string{"logs/0/000001/0 torchtitan step step 4 ranks 2 pod j-0 net \"\" tflops 314.71"}); d != "" {
+		t.Error(d)
+	}
+}
+
+// diffLines returns the lines only in got (+) and only in want (-).
+func diffLines(got, want []string) string {
+	var b strings.Builder
+	g, w := map[string]int{}, map[string]int{}
+	for _, l := range got {
+		g[l]++
+	}
+	for _, l := range want {
+		w[l]++
+	}
+	for _, l := range got {
+		if g[l] > w[l] {
+			fmt.Fprintf(&b, "+ %s\n", l)
+			g[l]--
+		}
+	}
+	for _, l := range want {
+		if w[l] > 0 && w[l] > g[l] {
+			fmt.Fprintf(&b, "- %s\n", l)
+			w[l]--
+		}
+	}
+	return b.String()
+}
