@@ -63,12 +63,17 @@ type Batch struct {
 
 	// Observations for the rules stage, not rows (see RunnerDeps.Observe):
 	// the nodes of each job in Jobs, the telemetry of jobs whose lines
-	// changed, sampled activity of jobs' pods, and the jobs (as JobKey)
-	// evicted once this batch is stored.
+	// changed, sampled activity of jobs' pods, the jobs (as JobKey)
+	// evicted once this batch is stored (they ended: their alerts
+	// resolve), and the jobs released (as JobKey) because their partitions
+	// were revoked (they go on elsewhere: their alerts must not resolve).
+	// A batch with Released and nothing else comes with a done context:
+	// it is an observation, there is nothing to store.
 	Nodes     []JobNodes
 	Telemetry []JobTelemetry
 	Activity  []Activity
 	Evicted   []string
+	Released  []string
 }
 
 // JobNodes are the Kubernetes nodes a job's records came from.
@@ -105,7 +110,7 @@ func (b *Batch) Len() int {
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
-	b.Nodes, b.Telemetry, b.Activity, b.Evicted = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0]
+	b.Nodes, b.Telemetry, b.Activity, b.Evicted, b.Released = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0], b.Released[:0]
 	b.Bytes = 0
 }
 

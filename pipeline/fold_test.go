@@ -290,3 +290,51 @@ func diffLines(got, want []string) string {
 	}
 	return b.String()
 }
+
+// TestRunnerRevokedReleasesJobs: a revocation tells the rules stage which
+// jobs leave with their partitions (Batch.Released, not Evicted), in the
+// revocation's batch, or in a batch of its own with a done context when
+// the sink could not take that one.
+func TestRunnerRevokedReleasesJobs(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		var mu sync.Mutex
+		var released, evicted []string
+		sink := pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			released = append(released, b.Released...)
+			evicted = append(evicted, b.Evicted...)
+			if down && len(b.Released) > 0 && ctx.Err() == nil {
+				<-ctx.Done() // ClickHouse paused: the revocation's deadline passes
+				return ctx.Err()
+			}
+			return nil
+		})
+		cfg := pipeline.DefaultRunnerConfig()
+		dcfg := parsers.DefaultDecoderConfig()
+		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
+			Candidate: parsers.Candidate, Sink: sink, Logger: zerolog.Nop()})
+		for i, l := range corpusLines(t, healthy) {
+			if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: int64(i), Key: []byte("j"),
+				Value: fluentBit(t, l, "j", "j-worker-0", "n0"), Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := r.Revoked(ctx, []pipeline.Partition{{Topic: "logs"}})
+		cancel()
+		if down != (err != nil) {
+			t.Errorf("down %v: Revoked = %v", down, err)
+		}
+		want := []string{pipeline.JobKey("gpu-east-1", "ml", "j")}
+		mu.Lock()
+		if !slices.Equal(released, want) && !(down && slices.Equal(released, append(want, want...))) {
+			t.Errorf("down %v: released %q; want %q", down, released, want)
+		}
+		if len(evicted) != 0 {
+			t.Errorf("down %v: evicted %q at a revocation; want none (the job goes on elsewhere)", down, evicted)
+		}
+		mu.Unlock()
+	}
+}

@@ -1166,6 +1166,22 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 	return nil
 }
 
+// heldJobs returns the jobs of which the runner holds state (NCCL or
+// telemetry), sorted.
+func (r *Runner) heldJobs() []string {
+	set := map[string]bool{}
+	for _, j := range r.asm.Jobs() {
+		set[j] = true
+	}
+	for _, j := range r.tel.Jobs() {
+		set[j] = true
+	}
+	for j := range r.touched {
+		set[j] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
 // revokeMargin is kept from the revocation deadline for the answer to reach
 // the source and the source to leave the generation.
 const revokeMargin = 500 * time.Millisecond
@@ -1178,6 +1194,10 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	for _, j := range r.asm.Jobs() {
 		r.dirty[j] = true
 	}
+	// The jobs held leave with their partitions; they did not end (not
+	// Evicted): the rules stage keeps their alerts as they are.
+	released := r.heldJobs()
+	r.batch.Released = append(r.batch.Released[:0], released...)
 	fctx := ctx
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -1191,6 +1211,13 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 			rows += r.held.b.Len()
 		}
 		r.log.Warn().Err(err).Int("rows", rows).Msg("revoked before the open batch was stored; dropped, the next owner replays it")
+		if len(released) > 0 {
+			// The stage must learn of the release all the same: a batch
+			// with nothing to store, its context done.
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.deps.Sink.Consume(done, &Batch{Released: released})
+		}
 	}
 	r.abandon()
 	r.reset()

@@ -172,9 +172,20 @@ type subject struct {
 	tel                     *jobTelemetry // nil: no telemetry observed
 	touched                 time.Time     // eval time after the last observation
 	forgotten               bool
-	dirty                   bool
-	env                     JobEnv
-	metricLabels            jobMetricLabels
+	// released: the job's partitions were revoked (Release); its alert
+	// states are frozen, neither evaluated nor resolved, until it is
+	// observed again. releasedAt is the eval time that first saw it so.
+	released   bool
+	releasedAt time.Time
+	// catchUp is the summary version held when the job was released:
+	// until a summary reaches it, the summaries of the state rebuilt after
+	// a reassignment (older: the events below the committed offset) and
+	// their telemetry are not taken, so the alerts do not go back and
+	// forth while the replay catches up.
+	catchUp      uint64
+	dirty        bool
+	env          JobEnv
+	metricLabels jobMetricLabels
 }
 
 // jobTelemetry is what the engine keeps of a job's telemetry.
@@ -262,6 +273,15 @@ func (e *Engine) observe(sum *pipeline.JobSummary, comms []pipeline.CommSummary,
 		s.nodes = slices.Clone(nodes)
 		s.dirty = true
 	}
+	if s.released {
+		s.released, s.releasedAt, s.dirty = false, time.Time{}, true
+	}
+	if s.catchUp > 0 {
+		if sum.Version < s.catchUp {
+			return // the replay has not caught up with what was evaluated
+		}
+		s.catchUp = 0
+	}
 	if s.sum != nil && s.sum.Version == sum.Version && s.sum.LastSeen.Equal(sum.LastSeen) &&
 		s.sum.Verdict == sum.Verdict && len(s.comms) == len(comms) && !s.forgotten {
 		return
@@ -310,6 +330,30 @@ func (e *Engine) ObserveBatch(b *pipeline.Batch) {
 	}
 	for _, k := range b.Evicted {
 		e.Forget(k)
+	}
+	for _, k := range b.Released {
+		e.Release(k)
+	}
+}
+
+// Release says that the job's state left this process with its
+// partitions (revoked at a rebalance; key as pipeline.JobKey): it did not
+// end. Its alerts are neither resolved nor evaluated while it is away;
+// when its summaries come back (the partitions reassigned here, the state
+// rebuilt) evaluation goes on from where it was, once the replay reaches
+// the summary version last evaluated. A job that does not come back is
+// dropped after SubjectTTL without a resolution: its new owner evaluates
+// it.
+func (e *Engine) Release(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.subjects[key]
+	if s == nil || s.released {
+		return
+	}
+	s.released, s.releasedAt = true, time.Time{}
+	if s.sum != nil && !s.forgotten {
+		s.catchUp = max(s.catchUp, s.sum.Version)
 	}
 }
 
@@ -393,8 +437,8 @@ func (e *Engine) ObserveTelemetry(t Telemetry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.subjectOrNew(t.Cluster, t.Namespace, t.Job)
-	if s == nil {
-		return
+	if s == nil || s.released || s.catchUp > 0 {
+		return // a rebuilt job's telemetry waits for its summaries to catch up
 	}
 	if s.tel == nil {
 		s.tel = &jobTelemetry{}
@@ -449,7 +493,10 @@ func (e *Engine) Active() []pipeline.Alert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []pipeline.Alert
-	for _, st := range e.states {
+	for k, st := range e.states {
+		if s := e.subjects[k.subject]; s != nil && s.released {
+			continue // its new owner reports it
+		}
 		if st.alert.State == pipeline.AlertPending || st.alert.State == pipeline.AlertFiring {
 			out = append(out, cloneAlert(st.alert))
 		}
@@ -548,6 +595,15 @@ func (ev *evaluation) fail(r *Rule, subject string, err error) {
 func (e *Engine) sweep(ev *evaluation) {
 	var gone []string
 	for k, s := range e.subjects {
+		if s.released {
+			if s.releasedAt.IsZero() {
+				s.releasedAt = ev.now
+			}
+			if ev.now.Sub(s.releasedAt) >= e.cfg.SubjectTTL {
+				e.drop(k)
+			}
+			continue
+		}
 		recentAct := !s.act.last.IsZero() && ev.now.Sub(s.act.last) < e.cfg.ActivityTTL
 		staleAct := s.act.last.IsZero() || ev.now.Sub(s.act.last) >= e.cfg.SubjectTTL
 		switch {
@@ -580,6 +636,22 @@ func (e *Engine) sweep(ev *evaluation) {
 		case pipeline.AlertPending:
 			e.transition(ev, e.rules[sk.rule], st, pipeline.AlertInactive)
 		}
+		delete(e.states, sk)
+	}
+}
+
+// drop deletes a released subject and its alert states without a
+// transition: its new owner evaluates it.
+func (e *Engine) drop(key string) {
+	if e.m != nil {
+		e.m.deleteJob(&e.subjects[key].metricLabels)
+	}
+	delete(e.subjects, key)
+	for sk, st := range e.states {
+		if sk.subject != key {
+			continue
+		}
+		e.count(e.rules[sk.rule], st.alert.State, pipeline.AlertInactive, st)
 		delete(e.states, sk)
 	}
 }
@@ -726,6 +798,9 @@ func (e *Engine) canary(s *subject) CanaryView {
 
 // evalJob evaluates one job rule for one job and advances its state.
 func (e *Engine) evalJob(ev *evaluation, idx int, r *Rule, s *subject) {
+	if s.released {
+		return // frozen while its partitions are elsewhere (Release)
+	}
 	k := stateKey{idx, s.key}
 	st := e.states[k]
 	var data map[string]any

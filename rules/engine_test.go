@@ -485,3 +485,63 @@ func TestEngineTelemetryViews(t *testing.T) {
 		t.Error("a job without the canary label has a canary view")
 	}
 }
+
+const releaseRules = `groups:
+  - name: g
+    rules:
+      - alert: Fallback
+        expr: comm.network_class == "tcp" && comm.multi_node == true
+        labels: {severity: critical}
+`
+
+// A job whose partitions were revoked (Batch.Released) did not end: its
+// firing alert is not resolved while it is away, not when the state
+// rebuilt after the reassignment is older than what was evaluated (the
+// replay catching up), and not when it never comes back (its new owner
+// evaluates it). Before Release, the rebuilt older summary (no Socket
+// communicator yet) resolved the alert, and a job that moved to another
+// member was resolved by the sweep after subject_ttl: both extra
+// `resolved` rows the chaos test found.
+func TestEngineReleasedJobNotResolved(t *testing.T) {
+	e, err := NewEngine(Config{Interval: time.Minute, Retention: time.Hour, SubjectTTL: time.Hour,
+		ActivityTTL: 10 * time.Minute, MaxSubjects: 10}, mustParse(t, releaseRules), EngineDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, lateComms := fallbackJob("a", 40, false)
+	e.Observe(late, lateComms, nil)
+	other, otherComms := fallbackJob("b", 40, false)
+	e.Observe(other, otherComms, nil)
+	eval(t, e, 0, "Fallback/a:firing Fallback/b:firing")
+
+	// The revocation's batch: final summaries, then both released.
+	e.ObserveBatch(&pipeline.Batch{Jobs: []pipeline.JobSummary{late, other}, Comms: append(lateComms, otherComms...),
+		Released: []string{pipeline.JobKey("c1", "ml", "a"), pipeline.JobKey("c1", "ml", "b")}})
+	eval(t, e, time.Minute, "")
+	if n := len(e.Active()); n != 0 {
+		t.Errorf("Active() = %d alerts of released jobs; want none (their new owner reports them)", n)
+	}
+
+	// a comes back: the rebuilt state is what was committed, before the
+	// Socket communicator (the intra-node one only).
+	early, earlyComms := fallbackJob("a", 12, true)
+	e.ObserveBatch(&pipeline.Batch{Jobs: []pipeline.JobSummary{early}, Comms: earlyComms[:1]})
+	eval(t, e, 2*time.Minute, "")
+	// The replay catches up: same state as before the revocation.
+	e.Observe(late, lateComms, nil)
+	eval(t, e, 3*time.Minute, "")
+	if got := changes(e.Active()); got != "Fallback/a:firing" {
+		t.Errorf("Active() after a came back = %q; want Fallback/a:firing", got)
+	}
+	// And it goes on: a later state that really heals resolves it.
+	healed, healedComms := fallbackJob("a", 50, true)
+	e.Observe(healed, healedComms, nil)
+	eval(t, e, 4*time.Minute, "Fallback/a:resolved")
+
+	// b never comes back: dropped after subject_ttl without a resolution.
+	eval(t, e, 2*time.Hour, "")
+	eval(t, e, 3*time.Hour, "")
+	if _, ok := e.subjects[pipeline.JobKey("c1", "ml", "b")]; ok {
+		t.Error("released job b still held after subject_ttl")
+	}
+}
