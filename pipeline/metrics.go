@@ -23,6 +23,7 @@ type Metrics struct {
 	BatchCapacity  prometheus.Gauge // max rows of a batch
 	Rebuilds       prometheus.Counter
 	RebuiltEvents  prometheus.Counter
+	RebuildErrors  prometheus.Counter
 	Evictions      prometheus.Counter
 	Ready          prometheus.Gauge
 	SinkHealthy    prometheus.Gauge // 0 while a batch has not been stored for pipeline.sink_timeout
@@ -52,6 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BatchCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_batch_capacity_rows", Help: "Rows at which a batch is flushed (queue capacity)."}),
 		Rebuilds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_state_rebuilds_total", Help: "Assembler rebuilds from stored events after an assignment."}),
 		RebuiltEvents:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_state_rebuilt_events_total", Help: "Stored events replayed into the assembler."}),
+		RebuildErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_state_rebuild_errors_total", Help: "Failed attempts to load the stored events of a rebuild (retried)."}),
 		Evictions:      prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_jobs_evicted_total", Help: "Idle jobs evicted after their final summary was stored."}),
 		Ready:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_ready", Help: "1 when the pipeline is consuming and storing."}),
 		SinkHealthy:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_sink_healthy", Help: "0 while the sink has not stored a batch within pipeline.sink_timeout, else 1."}),
@@ -62,6 +64,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
+		m.Rebuilds, m.RebuiltEvents, m.RebuildErrors, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
 	return m
 }

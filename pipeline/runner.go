@@ -1103,11 +1103,60 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 	r.dropBatch()
 	r.gen = ctx
 	r.assigned.Store(false)
-	if err := r.rebuild(ctx, parts); err != nil {
+	if err := r.rebuildRetrying(ctx, parts); err != nil {
 		return err
 	}
 	r.assigned.Store(true)
 	return nil
+}
+
+// rebuildRetrying rebuilds until it succeeds, the generation ends or the
+// error is permanent, with the sink's backoff (RetryBackoff doubling to
+// MaxBackoff): the loader is the sink's server, and an outage of it at an
+// assignment is waited out like one during a batch. Meanwhile /readyz is
+// 503 (no assignment held; after SinkTimeout the sink is unhealthy too,
+// with the error), each failure is counted in
+// ncclwatch_state_rebuild_errors_total, and the first is logged at warn.
+func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
+	backoff := r.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := r.rebuild(ctx, parts)
+		if err == nil {
+			if attempt > 1 {
+				r.stored()
+				r.log.Info().Int("attempts", attempt).Msg("state rebuilt after failed attempts")
+			}
+			return nil
+		}
+		if mt := r.deps.Metrics; mt != nil {
+			mt.RebuildErrors.Inc()
+		}
+		if IsPermanent(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
+		}
+		if attempt == 1 {
+			r.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("state rebuild failed; retrying while the assignment waits")
+		} else {
+			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("state rebuild failed; retrying")
+		}
+		r.lastErr.Store(&err)
+		// What a failed attempt loaded is dropped: the next one starts
+		// from nothing.
+		r.reset()
+		r.dropBatch()
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, r.cfg.MaxBackoff)
+	}
 }
 
 func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
