@@ -97,7 +97,7 @@ test: vet
 	@$(MAKE) --no-print-directory services-start
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
-	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
+	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 18m ./... || status=$$?; \
 	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \
