@@ -338,3 +338,99 @@ func TestRunnerRevokedReleasesJobs(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// testTable is nccl_test_results as ReplacingMergeTree(context) shows it
+// after FINAL: per coordinates the row with the highest context, of equal
+// ones the last written.
+type testTable struct {
+	recordingSink
+	mu   sync.Mutex
+	rows map[pipeline.Source]pipeline.NCCLTestRun
+}
+
+func (s *testTable) Consume(ctx context.Context, b *pipeline.Batch) error {
+	if err := s.recordingSink.Consume(ctx, b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rows == nil {
+		s.rows = map[pipeline.Source]pipeline.NCCLTestRun{}
+	}
+	for _, r := range b.TestRuns {
+		if old, ok := s.rows[r.Source]; !ok || r.Context >= old.Context {
+			s.rows[r.Source] = r
+		}
+	}
+	return nil
+}
+
+func (s *testTable) dump() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.rows {
+		out = append(out, fmt.Sprintf("%d/%06d/%d %s run %s context %d collective %q nranks %d bytes %d",
+			r.Source.Partition, r.Source.Offset, r.Source.Line, r.Kind, r.RunID, r.Context, r.Collective, r.NRanks, r.Bytes))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNCCLTestResultsReplayKeepsHeader: a crash after any record, with the
+// last commit lost or not, and a replay from the committed offsets leave
+// nccl_test_results as a fault-free run does. Before, a commit could fall
+// inside a table and the replay wrote its later rows without the header
+// (lower context, another run_id, no collective) when the first process
+// died before storing them.
+func TestNCCLTestResultsReplayKeepsHeader(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "telemetry", "017_nccltests_allreduce_a100_oci_roce_2node_16rank_single_10GiB_row.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []pipeline.Message
+	for i, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		msgs = append(msgs, pipeline.Message{Topic: "logs", Offset: int64(i), Key: []byte("canary"),
+			Value: fluentBit(t, l, "canary", "canary-launcher", "n0"), Time: time.Date(2026, 11, 29, 12, 0, i, 0, time.UTC)})
+	}
+	run := func(tbl *testTable, commits *recordingCommitter) *pipeline.Runner {
+		cfg := pipeline.DefaultRunnerConfig()
+		dcfg := parsers.DefaultDecoderConfig()
+		return pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
+			Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+			Sink: tbl, Loader: tbl, Committer: commits, Logger: zerolog.Nop(),
+			Now: func() time.Time { return time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC) }})
+	}
+	control := &testTable{}
+	feedAll(t, run(control, &recordingCommitter{}), msgs, func(int) bool { return false })
+	want := control.dump()
+	if len(want) == 0 {
+		t.Fatal("the control stored no nccl-tests rows")
+	}
+	for crash := 1; crash < len(msgs); crash++ {
+		for _, lostCommit := range []bool{false, true} {
+			tbl, commits := &testTable{}, &recordingCommitter{}
+			feedAll(t, run(tbl, commits), msgs[:crash], func(int) bool { return true })
+			cs := commits.commits
+			if lostCommit && len(cs) > 0 {
+				cs = cs[:len(cs)-1]
+			}
+			var committed int64
+			for _, c := range cs {
+				committed = c[0].Next
+			}
+			// The rows the crashed process stored but whose commit was
+			// lost are there; the others (after the crash) never were.
+			r2 := run(tbl, commits)
+			if err := r2.Assigned(context.Background(), []pipeline.Partition{{Topic: "logs", Committed: committed}}); err != nil {
+				t.Fatal(err)
+			}
+			feedAll(t, r2, msgs[committed:], func(i int) bool { return i%5 == 4 })
+			if d := diffLines(tbl.dump(), want); d != "" {
+				t.Fatalf("crash after %d records (commit lost %v, committed %d): nccl_test_results differs from the fault-free run:\n%s",
+					crash, lostCommit, committed, d)
+			}
+		}
+	}
+}

@@ -330,7 +330,9 @@ type TelemetryAssemblerConfig struct {
 	// it, so a row depends only on the records of its window, never on
 	// batch boundaries or crash points; offsets are not committed past the
 	// first line of a row whose window is still open, so a restart replays
-	// at most this many records of a partition. 4096: the ranks of a job
+	// at most this many records of a partition. It also bounds how long
+	// an nccl-tests run that is still open holds the commit at its first
+	// line (see Hold). 4096: the ranks of a job
 	// print a step within a few hundred records of one another even in a
 	// partition shared by many pods, and replaying 4096 records costs
 	// milliseconds.
@@ -391,6 +393,9 @@ type TelemetryAssembler struct {
 	jobs  map[string]*telJob
 	clock uint64 // Add count: recency for eviction without reading the time
 	folds map[foldPart]*partFold
+	// open are the nccl-tests runs begun in each partition that may still
+	// get rows: offsets are not committed past their first line (Hold).
+	open map[foldPart][]*testRun
 }
 
 // foldPart is a Kafka partition, the unit training_steps rows are folded
@@ -425,7 +430,8 @@ type openRow struct {
 // NewTelemetryAssembler returns an assembler; cfg must be valid. inv, when
 // not nil, names the pool of a pod's node when no pool label does.
 func NewTelemetryAssembler(cfg TelemetryAssemblerConfig, inv *Inventory) *TelemetryAssembler {
-	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}, folds: map[foldPart]*partFold{}}
+	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}, folds: map[foldPart]*partFold{},
+		open: map[foldPart][]*testRun{}}
 }
 
 type telJob struct {
@@ -470,6 +476,7 @@ type series struct {
 // testRun is one nccl-tests run of a job.
 type testRun struct {
 	id         string
+	first      int64 // offset of its first line
 	collective string
 	version    string
 	gpu        string
@@ -550,7 +557,12 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			out.Bytes += 160 + len(ev.Job) + len(ev.Pod) + len(ev.Path)
 		}
 	default:
+		before := j.current()
 		j.test(tl, src, a.cfg)
+		if cur := j.current(); out != nil && cur != before && cur != nil {
+			pk := foldPart{src.Topic, src.Partition}
+			a.open[pk] = append(a.open[pk], cur)
+		}
 		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {
 			row := j.testRow(a.rowMeta(meta), tl, t, src)
 			out.TestRuns = append(out.TestRuns, row)
@@ -786,31 +798,49 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 }
 
 // Hold returns the offset below which a partition's offsets may be
-// committed: the first line of its open window's rows, false when no row
-// is open. next is the partition's next offset: the window is complete
+// committed, false when nothing holds them: the first line of its open
+// fold window's rows, and the first line of an nccl-tests run begun in
+// the partition that may still get rows (not closed, begun fewer than
+// FoldRecords offsets before next), so that a replay reads the run's
+// header again. next is the partition's next offset: a window is complete
 // (and dropped) once next is past its end.
 func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, bool) {
 	pk := foldPart{topic, part}
-	pf := a.folds[pk]
-	if pf == nil {
-		return 0, false
+	hold, ok := int64(0), false
+	if pf := a.folds[pk]; pf != nil {
+		if next/a.cfg.FoldRecords != pf.window {
+			delete(a.folds, pk)
+		} else if pf.first >= 0 {
+			hold, ok = pf.first, true
+		}
 	}
-	if next/a.cfg.FoldRecords != pf.window {
-		delete(a.folds, pk)
-		return 0, false
+	runs := a.open[pk][:0]
+	for _, r := range a.open[pk] {
+		if r.closed || !math.IsNaN(r.avg) || next-r.first >= a.cfg.FoldRecords {
+			continue
+		}
+		runs = append(runs, r)
+		if !ok || r.first < hold {
+			hold, ok = r.first, true
+		}
 	}
-	if pf.first < 0 {
-		return 0, false
+	clear(a.open[pk][len(runs):])
+	if len(runs) == 0 {
+		delete(a.open, pk)
+	} else {
+		a.open[pk] = runs
 	}
-	return pf.first, true
+	return hold, ok
 }
 
 // CloseFolds ends a partition's open window early: its rows are complete
-// as they are, and the lines that follow start new rows. The runner calls
+// as they are, and the lines that follow start new rows; its open
+// nccl-tests runs no longer hold its offsets. The runner calls
 // it only when it has read everything the partition holds and nothing new
 // came for a while, the one point where folding depends on timing.
 func (a *TelemetryAssembler) CloseFolds(topic string, part int32) {
 	delete(a.folds, foldPart{topic, part})
+	delete(a.open, foldPart{topic, part})
 }
 
 func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) TrainingStep {
@@ -917,7 +947,7 @@ func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
 		j.runs = slices.Delete(j.runs, 0, 1)
 		j.dropped++
 	}
-	r := &testRun{id: coords(src), hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
+	r := &testRun{id: coords(src), first: src.Offset, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
 		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
 	j.runs = append(j.runs, r)
 	return r

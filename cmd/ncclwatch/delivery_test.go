@@ -274,8 +274,11 @@ func TestIntegrationCrashBetweenInserts(t *testing.T) {
 			if err == nil {
 				t.Fatal("the crashing sink never crashed")
 			}
-			if committed != int64(split) {
-				t.Fatalf("committed %d before the crash; want batch 1 (%d)", committed, split)
+			// Batch 1's commit, held back to the first line of a
+			// training_steps row still open in its fold window
+			// (pipeline.telemetry.fold_records): the replay folds it again.
+			if committed > int64(split) {
+				t.Fatalf("committed %d before the crash; want at most batch 1 (%d)", committed, split)
 			}
 			// Second life: replays from the commit.
 			if _, err := deliveryLife(t, e, e.ch, msgs, committed, split, t0); err != nil {
