@@ -18,33 +18,39 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
-// stepTable is training_steps as a ReplacingMergeTree keyed by the row's
-// coordinates shows it after FINAL: the last row written for a key wins.
-type stepTable struct {
+// finalTables is training_steps and nccl_test_results as their
+// ReplacingMergeTree engines show them after FINAL: training_steps keeps
+// the last row written for a key, nccl_test_results the one with the
+// highest context (of equal ones the last written).
+type finalTables struct {
 	recordingSink
-	mu     sync.Mutex
-	rows   map[pipeline.Source]pipeline.TrainingStep
-	writes int
+	mu    sync.Mutex
+	rows  map[pipeline.Source]pipeline.TrainingStep
+	tests map[pipeline.Source]pipeline.NCCLTestRun
 }
 
-func (s *stepTable) Consume(ctx context.Context, b *pipeline.Batch) error {
+func (s *finalTables) Consume(ctx context.Context, b *pipeline.Batch) error {
 	if err := s.recordingSink.Consume(ctx, b); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rows == nil {
-		s.rows = map[pipeline.Source]pipeline.TrainingStep{}
+		s.rows, s.tests = map[pipeline.Source]pipeline.TrainingStep{}, map[pipeline.Source]pipeline.NCCLTestRun{}
 	}
 	for _, r := range b.Steps {
 		s.rows[r.Source] = r
-		s.writes++
+	}
+	for _, r := range b.TestRuns {
+		if old, ok := s.tests[r.Source]; !ok || r.Context >= old.Context {
+			s.tests[r.Source] = r
+		}
 	}
 	return nil
 }
 
 // dump lists the table's rows in key order, one line each.
-func (s *stepTable) dump() []string {
+func (s *finalTables) dump() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.rows))
@@ -99,11 +105,12 @@ func foldInput(t *testing.T) []pipeline.Message {
 }
 
 // foldRunner is a runner over tbl with the telemetry parser and a small
-// fold window (10 offsets), so that the input crosses several windows.
-func foldRunner(t *testing.T, tbl *stepTable, commit pipeline.Committer) *pipeline.Runner {
+// fold window (window offsets; 10 makes the fold tests' input cross
+// several windows).
+func foldRunner(t *testing.T, tbl *finalTables, commit pipeline.Committer, window int64) *pipeline.Runner {
 	t.Helper()
 	cfg := pipeline.DefaultRunnerConfig()
-	cfg.Telemetry.FoldRecords = 10
+	cfg.Telemetry.FoldRecords = window
 	cfg.MaxRecordBytes = 8192
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -140,8 +147,8 @@ func feedAll(t *testing.T, r *pipeline.Runner, msgs []pipeline.Message, flushAft
 // of one (ranks 3).
 func TestTrainingStepsIndependentOfBatches(t *testing.T) {
 	msgs := foldInput(t)
-	control := &stepTable{}
-	feedAll(t, foldRunner(t, control, nil), msgs, func(int) bool { return false })
+	control := &finalTables{}
+	feedAll(t, foldRunner(t, control, nil, 10), msgs, func(int) bool { return false })
 	want := control.dump()
 	folded := false
 	for _, r := range control.rows {
@@ -151,15 +158,15 @@ func TestTrainingStepsIndependentOfBatches(t *testing.T) {
 		t.Fatalf("control has no row folding three ranks' copies:\n%s", strings.Join(want, "\n"))
 	}
 	for cut := range len(msgs) - 1 {
-		got := &stepTable{}
-		feedAll(t, foldRunner(t, got, nil), msgs, func(i int) bool { return i == cut })
+		got := &finalTables{}
+		feedAll(t, foldRunner(t, got, nil, 10), msgs, func(i int) bool { return i == cut })
 		if d := diffLines(got.dump(), want); d != "" {
 			t.Fatalf("batch boundary after record %d: training_steps differs from one batch:\n%s", cut, d)
 		}
 	}
 	// And with a flush after every record.
-	got := &stepTable{}
-	feedAll(t, foldRunner(t, got, nil), msgs, func(int) bool { return true })
+	got := &finalTables{}
+	feedAll(t, foldRunner(t, got, nil, 10), msgs, func(int) bool { return true })
 	if d := diffLines(got.dump(), want); d != "" {
 		t.Fatalf("a batch per record: training_steps differs from one batch:\n%s", d)
 	}
@@ -171,15 +178,15 @@ func TestTrainingStepsIndependentOfBatches(t *testing.T) {
 // offsets; the table ends equal to a fault-free run's.
 func TestTrainingStepsIdempotentReplay(t *testing.T) {
 	msgs := foldInput(t)
-	control := &stepTable{}
-	feedAll(t, foldRunner(t, control, nil), msgs, func(int) bool { return false })
+	control := &finalTables{}
+	feedAll(t, foldRunner(t, control, nil, 10), msgs, func(int) bool { return false })
 	want := control.dump()
 	for _, every := range []int{3, 7} {
 		for crash := 1; crash < len(msgs); crash++ {
 			for _, lostCommit := range []bool{false, true} {
-				tbl := &stepTable{}
+				tbl := &finalTables{}
 				commits := &recordingCommitter{}
-				r := foldRunner(t, tbl, commits)
+				r := foldRunner(t, tbl, commits, 10)
 				feedAll(t, r, msgs[:crash], func(i int) bool { return i%every == every-1 })
 				// The crash: the runner is dropped. lostCommit: its last
 				// batch was stored but its offsets never committed.
@@ -196,7 +203,7 @@ func TestTrainingStepsIdempotentReplay(t *testing.T) {
 						committed[o.Partition] = o.Next
 					}
 				}
-				r2 := foldRunner(t, tbl, commits)
+				r2 := foldRunner(t, tbl, commits, 10)
 				parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
 					{Topic: "logs", Partition: 1, Committed: committed[1]}}
 				if err := r2.Assigned(context.Background(), parts); err != nil {
@@ -222,7 +229,7 @@ func TestTrainingStepsIdempotentReplay(t *testing.T) {
 // the first line of an open row; once the partition was read to its end
 // and stayed quiet for pipeline.fold_idle, a flush commits it to the end.
 func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
-	tbl := &stepTable{}
+	tbl := &finalTables{}
 	commits := &recordingCommitter{}
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	cfg := pipeline.DefaultRunnerConfig()
@@ -339,37 +346,11 @@ func TestRunnerRevokedReleasesJobs(t *testing.T) {
 	}
 }
 
-// testTable is nccl_test_results as ReplacingMergeTree(context) shows it
-// after FINAL: per coordinates the row with the highest context, of equal
-// ones the last written.
-type testTable struct {
-	recordingSink
-	mu   sync.Mutex
-	rows map[pipeline.Source]pipeline.NCCLTestRun
-}
-
-func (s *testTable) Consume(ctx context.Context, b *pipeline.Batch) error {
-	if err := s.recordingSink.Consume(ctx, b); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.rows == nil {
-		s.rows = map[pipeline.Source]pipeline.NCCLTestRun{}
-	}
-	for _, r := range b.TestRuns {
-		if old, ok := s.rows[r.Source]; !ok || r.Context >= old.Context {
-			s.rows[r.Source] = r
-		}
-	}
-	return nil
-}
-
-func (s *testTable) dump() []string {
+func (s *finalTables) testDump() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for _, r := range s.rows {
+	for _, r := range s.tests {
 		out = append(out, fmt.Sprintf("%d/%06d/%d %s run %s context %d collective %q nranks %d bytes %d",
 			r.Source.Partition, r.Source.Offset, r.Source.Line, r.Kind, r.RunID, r.Context, r.Collective, r.NRanks, r.Bytes))
 	}
@@ -393,24 +374,18 @@ func TestNCCLTestResultsReplayKeepsHeader(t *testing.T) {
 		msgs = append(msgs, pipeline.Message{Topic: "logs", Offset: int64(i), Key: []byte("canary"),
 			Value: fluentBit(t, l, "canary", "canary-launcher", "n0"), Time: time.Date(2026, 11, 29, 12, 0, i, 0, time.UTC)})
 	}
-	run := func(tbl *testTable, commits *recordingCommitter) *pipeline.Runner {
-		cfg := pipeline.DefaultRunnerConfig()
-		dcfg := parsers.DefaultDecoderConfig()
-		return pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-			Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
-			Sink: tbl, Loader: tbl, Committer: commits, Logger: zerolog.Nop(),
-			Now: func() time.Time { return time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC) }})
+	run := func(tbl *finalTables, commits *recordingCommitter) *pipeline.Runner {
+		return foldRunner(t, tbl, commits, pipeline.DefaultRunnerConfig().Telemetry.FoldRecords)
 	}
-	control := &testTable{}
+	control := &finalTables{}
 	feedAll(t, run(control, &recordingCommitter{}), msgs, func(int) bool { return false })
-	want := control.dump()
+	want := control.testDump()
 	if len(want) == 0 {
 		t.Fatal("the control stored no nccl-tests rows")
 	}
 	for crash := 1; crash < len(msgs); crash++ {
 		for _, lostCommit := range []bool{false, true} {
-			tbl, commits := &testTable{}, &recordingCommitter{}
+			tbl, commits := &finalTables{}, &recordingCommitter{}
 			feedAll(t, run(tbl, commits), msgs[:crash], func(int) bool { return true })
 			cs := commits.commits
 			if lostCommit && len(cs) > 0 {
@@ -427,7 +402,7 @@ func TestNCCLTestResultsReplayKeepsHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			feedAll(t, r2, msgs[committed:], func(i int) bool { return i%5 == 4 })
-			if d := diffLines(tbl.dump(), want); d != "" {
+			if d := diffLines(tbl.testDump(), want); d != "" {
 				t.Fatalf("crash after %d records (commit lost %v, committed %d): nccl_test_results differs from the fault-free run:\n%s",
 					crash, lostCommit, committed, d)
 			}

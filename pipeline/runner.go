@@ -1058,15 +1058,24 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
 		}
 		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", b.Len()).Msg("sink rejected batch; retrying")
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !r.pause(ctx, &backoff) {
 			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
-		case <-timer.C:
 		}
-		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
+}
+
+// pause waits out one retry backoff and doubles it (up to MaxBackoff); it
+// reports false when ctx ended first.
+func (r *Runner) pause(ctx context.Context, backoff *time.Duration) bool {
+	timer := time.NewTimer(*backoff)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	}
+	*backoff = min(2**backoff, r.cfg.MaxBackoff)
+	return true
 }
 
 // stored marks the sink healthy.
@@ -1148,14 +1157,9 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 		// from nothing.
 		r.reset()
 		r.dropBatch()
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !r.pause(ctx, &backoff) {
 			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
-		case <-timer.C:
 		}
-		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
 }
 
