@@ -1,0 +1,118 @@
+package parsers_test
+
+import (
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// The record path's benchmarks run on the load benchmark's stream
+// (deploy/local/load.sh): Fluent Bit records of a 2-node job, 5 % NCCL
+// lines among the ranks' trainer progress lines and a few warnings.
+var mixed struct {
+	once  sync.Once
+	recs  [][]byte
+	bytes int64
+}
+
+func mixedRecords(b *testing.B) [][]byte {
+	b.Helper()
+	mixed.once.Do(func() {
+		err := loadtest.Records(1, 0, "train-llm-7b", 0.05, 20000, nil, func(rec []byte) error {
+			mixed.recs = append(mixed.recs, append([]byte(nil), rec...))
+			mixed.bytes += int64(len(rec))
+			return nil
+		})
+		if err != nil {
+			panic(err)
+		}
+	})
+	return mixed.recs
+}
+
+// loopRecords runs fn over the stream's records, one per iteration.
+func loopRecords(b *testing.B, fn func(rec []byte)) {
+	recs := mixedRecords(b)
+	b.ReportAllocs()
+	b.SetBytes(mixed.bytes / int64(len(recs)))
+	i := 0
+	cpu := cpuTime()
+	for b.Loop() {
+		fn(recs[i])
+		if i++; i == len(recs) {
+			i = 0
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the process's user and system CPU time. The benchmarks report
+// it per operation beside ns/op: on a machine shared with other work,
+// wall time per operation overstates the cost, CPU time does not.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkPrefilterMixed is the run loop's prefilter (telemetry on) on
+// whole records.
+func BenchmarkPrefilterMixed(b *testing.B) {
+	pre := parsers.Prefilter(true)
+	n := 0
+	loopRecords(b, func(rec []byte) {
+		if pre(rec) {
+			n++
+		}
+	})
+}
+
+// BenchmarkDecodeMixed decodes every record's envelope.
+func BenchmarkDecodeMixed(b *testing.B) {
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	emit := func(*pipeline.Record) {}
+	loopRecords(b, func(rec []byte) {
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRecordPath is a record's whole parse path in the run loop with
+// telemetry on: prefilter, envelope, the line parser (NCCL and telemetry)
+// and the glued-message split of NCCL lines.
+func BenchmarkRecordPath(b *testing.B) {
+	pre := parsers.Prefilter(true)
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+	var ev pipeline.Event
+	var tl pipeline.TelemetryLine
+	var nccl, tel int
+	emit := func(rec *pipeline.Record) {
+		if lines.Classify(rec.Text, &ev) {
+			nccl++
+			lines.NextMessage(rec.Text)
+		}
+		if lines.Parse(rec.Text, &tl) {
+			tel++
+		}
+	}
+	loopRecords(b, func(rec []byte) {
+		if !pre(rec) {
+			return
+		}
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if nccl == 0 || tel == 0 {
+		b.Fatalf("nccl lines %d, telemetry lines %d; want both", nccl, tel)
+	}
+}
