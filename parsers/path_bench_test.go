@@ -2,9 +2,7 @@ package parsers_test
 
 import (
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
 	"github.com/ncclwatch/ncclwatch/parsers"
@@ -41,25 +39,14 @@ func loopRecords(b *testing.B, fn func(rec []byte)) {
 	b.ReportAllocs()
 	b.SetBytes(mixed.bytes / int64(len(recs)))
 	i := 0
-	cpu := cpuTime()
+	cpu := parsers.CPUTime()
 	for b.Loop() {
 		fn(recs[i])
 		if i++; i == len(recs) {
 			i = 0
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's user and system CPU time. The benchmarks report
-// it per operation beside ns/op: on a machine shared with other work,
-// wall time per operation overstates the cost, CPU time does not.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkPrefilterMixed is the run loop's prefilter (telemetry on) on

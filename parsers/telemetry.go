@@ -1498,17 +1498,4 @@ var telemetrySlowTokens = [...][]byte{
 // TelemetryCandidate reports whether line may be a telemetry line: the
 // prefilter for one record or line (NCCL lines are found by Candidate). It
 // never allocates and errs on the side of yes; Parse decides.
-func TelemetryCandidate(line []byte) bool {
-	for _, t := range TelemetryTokens {
-		if bytes.Contains(line, t) {
-			return true
-		}
-	}
-	for _, t := range telemetrySlowTokens {
-		if bytes.Contains(line, t) {
-			return true
-		}
-	}
-	// A device-list line of nccl-tests: found by Candidate's " Pid ".
-	return bytes.Contains(line, []byte(" Pid "))
-}
+func TelemetryCandidate(line []byte) bool { return telemetrySet.contains(line) }
