@@ -83,11 +83,12 @@ func BenchmarkRecordPath(b *testing.B) {
 	var tl pipeline.TelemetryLine
 	var nccl, tel int
 	emit := func(rec *pipeline.Record) {
-		if lines.Classify(rec.Text, &ev) {
+		isNCCL, isTel := lines.Line(rec.Text, &ev, &tl)
+		if isNCCL {
 			nccl++
 			lines.NextMessage(rec.Text)
 		}
-		if lines.Parse(rec.Text, &tl) {
+		if isTel {
 			tel++
 		}
 	}

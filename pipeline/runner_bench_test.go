@@ -39,7 +39,7 @@ func BenchmarkRunnerMixed(b *testing.B) {
 	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
 	r := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: lines,
-		Candidate: parsers.Prefilter(true), Telemetry: lines, Sink: sink, Logger: zerolog.Nop(),
+		Candidate: parsers.Prefilter(true), Sink: sink, Logger: zerolog.Nop(),
 	})
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
