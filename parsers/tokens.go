@@ -57,8 +57,8 @@ func newTokenSet(specs ...tokenSpec) *tokenSet {
 		s.slots[i].tok = -1
 	}
 	for _, sp := range specs {
-		if len(sp.tok) < 2 {
-			panic("parsers: token shorter than two bytes")
+		if len(sp.tok) < 2 || len(s.toks) == 64 {
+			panic("parsers: token shorter than two bytes, or over 64 tokens")
 		}
 		off := anchorOffset(sp.tok)
 		p := binary.LittleEndian.Uint16(sp.tok[off:])
@@ -199,22 +199,41 @@ func (s *tokenSet) nextAnchor(b []byte, i int) int {
 	return -1
 }
 
+// mask returns the set of tokens (bit i: s.toks[i]; at most 64) that
+// occur in b, each accepted by its check, from one pass over b.
+func (s *tokenSet) mask(b []byte) (m uint64) {
+	for i := 0; ; i++ {
+		i = s.nextAnchor(b, i)
+		if i < 0 {
+			return m
+		}
+		p := binary.LittleEndian.Uint16(b[i:])
+		for t := s.first(p); t >= 0; t = s.toks[t].next {
+			tk := &s.toks[t]
+			at := i - tk.off
+			if at >= 0 && at+len(tk.tok) <= len(b) && bytes.Equal(b[at:at+len(tk.tok)], tk.tok) &&
+				(tk.check == nil || tk.check(b, at)) {
+				m |= 1 << t
+			}
+		}
+	}
+}
+
+// first returns the first token anchored on pair p, or -1.
+func (s *tokenSet) first(p uint16) int16 {
+	for h := pairHash(p); ; h = (h + 1) % tokenSlots {
+		sl := &s.slots[h]
+		if sl.tok < 0 || sl.pair == p {
+			return sl.tok
+		}
+	}
+}
+
 // match returns the smallest start at or after from of a token anchored on
 // pair p at b[i], or -1.
 func (s *tokenSet) match(b []byte, i int, p uint16, from int) int {
-	h := pairHash(p)
-	for {
-		sl := &s.slots[h]
-		if sl.tok < 0 {
-			return -1
-		}
-		if sl.pair == p {
-			break
-		}
-		h = (h + 1) % tokenSlots
-	}
 	best := -1
-	for t := s.slots[h].tok; t >= 0; t = s.toks[t].next {
+	for t := s.first(p); t >= 0; t = s.toks[t].next {
 		tk := &s.toks[t]
 		at := i - tk.off
 		if at < from || at+len(tk.tok) > len(b) || !bytes.Equal(b[at:at+len(tk.tok)], tk.tok) {

@@ -119,6 +119,15 @@ func checkTokenSets(t *testing.T, b []byte) {
 	if got, want := Prefilter(true)(b), naiveCandidate(b) || naiveTelemetryCandidate(b); got != want {
 		t.Errorf("Prefilter(true)(%q) = %v; want %v", b, got, want)
 	}
+	var want uint64
+	for i, tk := range lineSet.toks {
+		if bytes.Contains(b, tk.tok) {
+			want |= 1 << i
+		}
+	}
+	if got := lineSet.mask(b); got != want {
+		t.Errorf("lineSet.mask(%q) = %b; want %b", b, got, want)
+	}
 	for from := 0; from <= len(b); from++ {
 		if got, want := ncclSet.index(b, from), naiveIndex(b, from, false); got != want {
 			t.Errorf("ncclSet.index(%q, %d) = %d; want %d", b, from, got, want)
@@ -169,6 +178,27 @@ func TestFinderAgrees(t *testing.T) {
 			if got, want := f.Next(from), naiveIndex(block, from, telemetry); got != want {
 				t.Fatalf("telemetry %v: Next(%d) = %d; want %d", telemetry, from, got, want)
 			}
+		}
+	}
+}
+
+// TestLineSetMask checks lineSet's mask against one bytes.Contains per
+// marker.
+func TestLineSetMask(t *testing.T) {
+	lines := append([]string(nil), tokenCases...)
+	for _, c := range telCases {
+		lines = append(lines, c.in)
+	}
+	for _, l := range lines {
+		b := []byte(l)
+		var want uint64
+		for i, tk := range lineSet.toks {
+			if bytes.Contains(b, tk.tok) {
+				want |= 1 << i
+			}
+		}
+		if got := lineSet.mask(b); got != want {
+			t.Errorf("lineSet.mask(%q) = %b; want %b", b, got, want)
 		}
 	}
 }
