@@ -41,16 +41,21 @@ var CheckpointTokens = [...][]byte{tokCheckpointLower, tokCheckpointUpper, tokSa
 // whether the line is a checkpoint line; when it is, cl holds it, with Path
 // aliasing b (valid while b is). cl is reset first.
 func (c *Checkpoint) Parse(b []byte, cl *pipeline.CheckpointLine) bool {
+	return c.parse(b, cl, lineSet.mask(b))
+}
+
+// parse is Parse with the markers found in b: lineSet.mask(b).
+func (c *Checkpoint) parse(b []byte, cl *pipeline.CheckpointLine, m uint64) bool {
 	cl.Reset()
 	if len(b) == 0 || len(b) > maxTelemetryLine {
 		return false
 	}
-	ok := bytes.Contains(b, tokCheckpointLower) && parseCheckpointLower(b, cl)
-	if !ok && bytes.Contains(b, tokCheckpointUpper) {
+	ok := m&(1<<markCheckpointLower) != 0 && parseCheckpointLower(b, cl)
+	if !ok && m&(1<<markCheckpointUpper) != 0 {
 		cl.Reset()
 		ok = parseCheckpointUpper(b, cl)
 	}
-	if !ok && bytes.Contains(b, tokSavingModelTo) {
+	if !ok && m&(1<<markSavingModelTo) != 0 {
 		cl.Reset()
 		ok = parseLightningSave(b, cl)
 	}

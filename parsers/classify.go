@@ -6,43 +6,37 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// Lines is the line parser: the prefilter first, then the ANSI colours and
-// the launcher prefix are stripped once, and the stripped text goes to the
-// NCCL line parser and, when telemetry is on (NewLines), to the telemetry
-// sub-parsers, which take "Using network" and communicator figures from
-// the NCCL event instead of parsing the line again. It implements the
-// pipeline's Classifier, and its Parse the runner's telemetry parser: the
-// telemetry of the line Classify just saw is returned without parsing it
-// again. The zero value parses NCCL lines only. It is not safe for
-// concurrent use.
+// Lines is the one line parser: the prefilter first, then the ANSI colours
+// and the launcher prefix are stripped once, and the stripped text goes to
+// the NCCL line parser and, when telemetry is on (NewLines), to the
+// telemetry sub-parsers, which take "Using network" and communicator
+// figures from the NCCL event instead of parsing the line again. It is the
+// pipeline's Classifier. The zero value parses NCCL lines only. It is not
+// safe for concurrent use.
 type Lines struct {
 	nccl NCCL
 	ansi []byte
 	tel  *Telemetry // nil: no telemetry
-
-	// The last line Classify saw and its telemetry.
-	last  []byte
-	tl    pipeline.TelemetryLine
-	telOK bool
 }
 
 // NewLines returns a line parser that also parses telemetry with tel.
 func NewLines(tel *Telemetry) *Lines { return &Lines{tel: tel} }
 
-// Classify parses one line into ev and reports whether it is an NCCL line.
-// A line that is not one may still carry a launcher host (a Ray worker's
-// "ip=…"): then ev.LauncherHost is set and Classify returns false. ev's
-// slices alias text or an internal buffer, valid until the next call.
-func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
-	if l.tel == nil {
-		return l.classify(text, ev)
+// Line parses one line, once: into ev, reporting whether it is an NCCL
+// line, and, when tl is not nil and l parses telemetry, into tl, reporting
+// whether it is a telemetry line (Telemetry.Parse). A line that is not an
+// NCCL line may still carry a launcher host (a Ray worker's "ip=…"): then
+// ev.LauncherHost is set. The slices of ev and tl alias text or internal
+// buffers, valid until the next call.
+func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (nccl, telemetry bool) {
+	if l.tel == nil || tl == nil {
+		return l.classify(text, ev), false
 	}
-	l.last = text
 	if bytes.IndexByte(text, '\r') >= 0 || len(text) > maxTelemetryLine {
 		// A progress bar redrawn in place is read by its last update,
 		// the NCCL parser reads the whole line: two texts, two strips.
-		l.telOK = l.tel.Parse(text, &l.tl)
-		return l.classify(text, ev)
+		telemetry = l.tel.Parse(text, tl)
+		return l.classify(text, ev), telemetry
 	}
 	cand := Candidate(text)
 	if bytes.IndexByte(text, 0x1b) >= 0 {
@@ -50,7 +44,7 @@ func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
 		text = l.ansi
 	}
 	rest, p := StripPrefix(text)
-	nccl := cand && l.nccl.Parse(rest, ev)
+	nccl = cand && l.nccl.Parse(rest, ev)
 	switch {
 	case !cand:
 		ev.LauncherHost = nil
@@ -64,11 +58,16 @@ func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
 	if nccl {
 		pre = ev
 	}
-	l.telOK = l.tel.parseStripped(rest, p, pre, &l.tl)
-	return nccl
+	return nccl, l.tel.parseStripped(rest, p, pre, tl)
 }
 
-// classify is Classify without telemetry.
+// Classify is Line without telemetry: it parses one line into ev and
+// reports whether it is an NCCL line.
+func (l *Lines) Classify(text []byte, ev *pipeline.Event) bool {
+	return l.classify(text, ev)
+}
+
+// classify is Line without telemetry.
 func (l *Lines) classify(text []byte, ev *pipeline.Event) bool {
 	if !Candidate(text) {
 		ev.LauncherHost = nil
@@ -93,18 +92,3 @@ func (l *Lines) classify(text []byte, ev *pipeline.Event) bool {
 // NextMessage returns where a second NCCL message glued behind the first
 // starts in text, or -1 (pipeline.MessageSplitter; see NextMessage).
 func (l *Lines) NextMessage(text []byte) int { return NextMessage(text) }
-
-// Parse reports whether line is a telemetry line and fills tl, as
-// Telemetry.Parse does. For the line Classify saw last (the same slice)
-// it returns what Classify found, without parsing again.
-func (l *Lines) Parse(line []byte, tl *pipeline.TelemetryLine) bool {
-	if l.tel == nil {
-		tl.Reset()
-		return false
-	}
-	if len(line) == len(l.last) && len(line) > 0 && &line[0] == &l.last[0] {
-		*tl = l.tl
-		return l.telOK
-	}
-	return l.tel.Parse(line, tl)
-}

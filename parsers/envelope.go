@@ -177,6 +177,16 @@ type Decoder struct {
 	key   []byte // unescaped object key
 	val   []byte // unescaped string value (metadata, times)
 	stack []byte // open containers while skipping a JSON value
+	// valid holds the last top-level object or array values found valid
+	// (the "kubernetes" objects of the pods of a partition, in practice):
+	// the same bytes again are valid again, so a record's metadata is
+	// compared, not re-validated. nextValid is the slot to fill next.
+	valid     [validSlots][]byte
+	nextValid int
+	// dayStart is midnight of the day dayKey (dateTime.dayKey) of the
+	// last record time.
+	dayKey   int
+	dayStart time.Time
 
 	// The line in progress: partial holds its text so far; the pend*
 	// fields say where it came from. skip means a line in progress was
@@ -589,9 +599,17 @@ func (d *Decoder) recordTime() time.Time {
 		var t time.Time
 		var ok bool
 		if v.str {
+			var f dateTime
 			var n int
-			t, n, ok = parseDateTime(raw, false)
-			ok = ok && n == len(raw)
+			f, n, ok = scanDateTime(raw, false)
+			if ok = ok && n == len(raw); ok {
+				// Records of one stream share their day: build its
+				// midnight once.
+				if k := f.dayKey(); k != d.dayKey {
+					d.dayKey, d.dayStart = k, f.midnight()
+				}
+				t = d.dayStart.Add(f.clock)
+			}
 		} else {
 			t, ok = parseEpoch(raw)
 		}
@@ -655,7 +673,7 @@ func (d *Decoder) scanTop(data []byte) error {
 			}
 			i = skipWS(data, i+1)
 			vs := i
-			ve, vesc, err := d.skipValue(data, i)
+			ve, vesc, err := d.topValue(data, i)
 			if err != nil {
 				return err
 			}
@@ -680,6 +698,51 @@ func (d *Decoder) scanTop(data []byte) error {
 	}
 	return nil
 }
+
+// topValue is skipValue for a member of the top-level object. A container
+// value whose bytes equal the last one found valid ends where that one
+// did: JSON is read left to right, so the same bytes parse the same way,
+// and the value's end does not depend on what follows it.
+func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
+	if i < len(data) && (data[i] == '{' || data[i] == '[') {
+		for _, v := range &d.valid {
+			// Values of different pods differ within their first bytes.
+			if n := len(v); n > 0 && n <= len(data)-i && bytes.Equal(data[i:i+n], v) {
+				return i + n, false, nil
+			}
+		}
+		end, esc, err = d.skipValue(data, i)
+		if err == nil && end-i <= maxMetaKeyBytes {
+			k := d.nextValid
+			d.valid[k] = append(d.valid[k][:0], data[i:end]...)
+			d.nextValid = (k + 1) % validSlots
+		}
+		return end, esc, err
+	}
+	if i < len(data) {
+		// The scalars of skipValue, without its container stack.
+		switch c := data[i]; {
+		case c == '"':
+			e, sesc, ok := scanStringCtl(data, i, d.ctl)
+			if !ok {
+				return 0, false, badString(data, i)
+			}
+			return e, sesc, nil
+		case c == '-' || c >= '0' && c <= '9':
+			n := scanNumber(data[i:])
+			if n == 0 {
+				return 0, false, badNumber(data, i)
+			}
+			return i + n, false, nil
+		}
+	}
+	return d.skipValue(data, i)
+}
+
+// validSlots is how many valid values Decoder.topValue remembers: a Kafka
+// partition interleaves the pods of a few jobs (the load benchmark's two
+// nodes alternate record by record).
+const validSlots = 8
 
 // setField records one member of the top-level object; val is its raw
 // JSON value.
@@ -1038,6 +1101,15 @@ func suspectBytes(b []byte) (ctl, hi bool) {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	var lo, top uint64
 	i := 0
+	for ; i+32 <= len(b); i += 32 {
+		// Four words per round: independent chains, one loop test.
+		w0 := binary.LittleEndian.Uint64(b[i:])
+		w1 := binary.LittleEndian.Uint64(b[i+8:])
+		w2 := binary.LittleEndian.Uint64(b[i+16:])
+		w3 := binary.LittleEndian.Uint64(b[i+24:])
+		top |= w0 | w1 | w2 | w3
+		lo |= (w0-ones*0x20)&^w0 | (w1-ones*0x20)&^w1 | (w2-ones*0x20)&^w2 | (w3-ones*0x20)&^w3
+	}
 	for ; i+8 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
 		top |= w
@@ -1104,6 +1176,16 @@ func scanStringCtl(b []byte, i int, ctl bool) (end int, esc, ok bool) {
 // are validated; raw control bytes are let through.
 func scanString(b []byte, i int) (end int, esc, ok bool) {
 	i++
+	// Keys and metadata values are short: a plain loop finds their end
+	// before two bytes.IndexByte calls would have started.
+	for j, n := i, min(len(b), i+24); j < n; j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, false, true
+		case '\\':
+			n = 0 // escapes: the general path below
+		}
+	}
 	q := -1 // index of the next '"' at or after i, not yet known to be escaped
 	for {
 		if q < i {
@@ -1298,13 +1380,39 @@ func parseEpoch(b []byte) (time.Time, bool) {
 // ('Z', 'z', ±hh:mm or ±hhmm; none means UTC). It returns the time in UTC
 // and the number of bytes used.
 func parseDateTime(b []byte, comma bool) (t time.Time, n int, ok bool) {
-	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[13] != ':' || b[16] != ':' {
+	f, n, ok := scanDateTime(b, comma)
+	if !ok {
 		return time.Time{}, 0, false
+	}
+	return f.midnight().Add(f.clock), n, true
+}
+
+// dateTime is a date-time read by scanDateTime: the calendar day and the
+// time since its midnight (UTC, the zone offset applied; it may be
+// negative or over a day).
+type dateTime struct {
+	year, month, day int
+	clock            time.Duration
+}
+
+// midnight returns the start (UTC) of the day.
+func (f dateTime) midnight() time.Time {
+	return time.Date(f.year, time.Month(f.month), f.day, 0, 0, 0, 0, time.UTC)
+}
+
+// dayKey identifies the day, for a cache of midnight().
+func (f dateTime) dayKey() int { return (f.year*100+f.month)*100 + f.day }
+
+// scanDateTime is parseDateTime without building the time.Time: the
+// checks, the fields and the length.
+func scanDateTime(b []byte, comma bool) (f dateTime, n int, ok bool) {
+	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[13] != ':' || b[16] != ':' {
+		return f, 0, false
 	}
 	switch b[10] {
 	case 'T', 't', ' ':
 	default:
-		return time.Time{}, 0, false
+		return f, 0, false
 	}
 	year, ok1 := digits(b[0:4])
 	month, ok2 := digits(b[5:7])
@@ -1314,14 +1422,14 @@ func parseDateTime(b []byte, comma bool) (t time.Time, n int, ok bool) {
 	sec, ok6 := digits(b[17:19])
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
 		day > daysIn(month, year) || hour > 23 || min > 59 || sec > 59 {
-		return time.Time{}, 0, false
+		return f, 0, false
 	}
 	n = 19
 	nsec := 0
 	if n < len(b) && (b[n] == '.' || comma && b[n] == ',') {
 		j := skipDigits(b, n+1)
 		if j == n+1 {
-			return time.Time{}, 0, false
+			return f, 0, false
 		}
 		scale := int(1e8)
 		for _, c := range b[n+1 : j] {
@@ -1350,7 +1458,7 @@ func parseDateTime(b []byte, comma bool) (t time.Time, n int, ok bool) {
 				n += 5
 			}
 			if !ok1 || !ok2 || hh > 23 || mm > 59 {
-				return time.Time{}, 0, false
+				return f, 0, false
 			}
 			offset = (hh*60 + mm) * 60
 			if c == '-' {
@@ -1358,11 +1466,8 @@ func parseDateTime(b []byte, comma bool) (t time.Time, n int, ok bool) {
 			}
 		}
 	}
-	t = time.Date(year, time.Month(month), day, hour, min, sec, nsec, time.UTC)
-	if offset != 0 {
-		t = t.Add(-time.Duration(offset) * time.Second)
-	}
-	return t, n, true
+	clock := time.Duration(hour*3600+min*60+sec-offset)*time.Second + time.Duration(nsec)
+	return dateTime{year: year, month: month, day: day, clock: clock}, n, true
 }
 
 // digits parses a short run of decimal digits.

@@ -144,7 +144,7 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 		if n, rank = torchrunTag(b); n > 0 {
 			return n, PrefixTorchrun, rank, nil
 		}
-		if _, m, ok := parseDateTime(b[1:], true); ok && m+1 < len(b) && b[m+1] == ']' {
+		if _, m, ok := scanDateTime(b[1:], true); ok && m+1 < len(b) && b[m+1] == ']' {
 			return m + 2, PrefixTimestamp, -1, nil
 		}
 		if n, rank = rankTag(b); n > 0 {
@@ -168,12 +168,12 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 			if afterTime {
 				return 1, PrefixTimestamp, -1, nil
 			}
-			if _, _, ok := parseDateTime(rest, false); ok {
+			if _, _, ok := scanDateTime(rest, false); ok {
 				return 1, PrefixTimestamp, -1, nil
 			}
 		}
 	case c >= '0' && c <= '9':
-		if _, m, ok := parseDateTime(b, true); ok {
+		if _, m, ok := scanDateTime(b, true); ok {
 			return m, PrefixTimestamp, -1, nil
 		}
 	}

@@ -147,11 +147,13 @@ func (t *Telemetry) telemetry(rest []byte, p Prefix, tl *pipeline.TelemetryLine)
 	if len(rest) == 0 {
 		return false
 	}
-	if t.ckpt.Parse(rest, &tl.Checkpoint) {
+	// One pass finds the markers of the checkpoint and progress parsers.
+	m := lineSet.mask(rest)
+	if t.ckpt.parse(rest, &tl.Checkpoint, m) {
 		tl.Kind, tl.Rank = pipeline.TelemetryCheckpoint, p.Rank
 		return true
 	}
-	if !t.parse(rest, tl) {
+	if !t.parse(rest, tl, m) {
 		tl.Reset()
 		return false
 	}
@@ -174,7 +176,8 @@ func lastUpdate(line []byte) []byte {
 	}
 }
 
-func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine) bool {
+// parse reads b, whose markers (lineSet.mask) are m.
+func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
 	switch c := b[0]; {
 	case c == '#':
 		return parseTestComment(trimBlank(b[1:]), tl)
@@ -217,7 +220,7 @@ func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine) bool {
 			return true
 		}
 	}
-	return t.parseProgress(b, tl)
+	return t.parseProgress(b, tl, m)
 }
 
 var (
@@ -233,14 +236,15 @@ var (
 	tokPerf         = []byte("_perf")
 )
 
-// parseProgress finds the trainer that wrote b by its marker text; a
-// marker whose parser rejects the line lets the next one try.
-func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine) bool {
-	if bytes.Contains(b, tokNCCLInfo) {
+// parseProgress finds the trainer that wrote b by its marker text (m:
+// the markers found in b, lineSet.mask); a marker whose parser rejects the
+// line lets the next one try.
+func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
+	if m&(1<<markNCCLInfo) != 0 {
 		return t.parseNCCL(b, tl)
 	}
-	for _, p := range progressParsers {
-		if bytes.Contains(b, p.marker) {
+	for i, p := range progressParsers {
+		if m&(1<<(markProgress+i)) != 0 {
 			if p.parse(b, tl) {
 				return true
 			}
@@ -248,6 +252,28 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine) bool {
 		}
 	}
 	return false
+}
+
+// lineSet finds the markers of a telemetry line's parsers in one pass:
+// bit markCheckpointLower… of its mask for the checkpoint markers, bit
+// markNCCLInfo for tokNCCLInfo and bit markProgress+i for
+// progressParsers[i].marker.
+var lineSet = newTokenSet(lineSpecs()...)
+
+const (
+	markCheckpointLower = iota
+	markCheckpointUpper
+	markSavingModelTo
+	markNCCLInfo
+	markProgress
+)
+
+func lineSpecs() []tokenSpec {
+	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokNCCLInfo}}
+	for _, p := range progressParsers {
+		specs = append(specs, tokenSpec{tok: p.marker})
+	}
+	return specs
 }
 
 // progressParsers are tried in order: NeMo's "global_step:" would pass for
@@ -791,9 +817,9 @@ func eachDictPair(b []byte, fn func(key, val []byte)) {
 			}
 			val, b = b[1:e+1], b[e+2:]
 		} else {
-			e := bytes.IndexAny(b, ",}")
-			if e < 0 {
-				e = len(b)
+			e := 0 // the value ends at ',' or '}' (bytes.IndexAny builds a set per call)
+			for e < len(b) && b[e] != ',' && b[e] != '}' {
+				e++
 			}
 			val, b = bytes.TrimSpace(b[:e]), b[e:]
 		}
@@ -1498,17 +1524,4 @@ var telemetrySlowTokens = [...][]byte{
 // TelemetryCandidate reports whether line may be a telemetry line: the
 // prefilter for one record or line (NCCL lines are found by Candidate). It
 // never allocates and errs on the side of yes; Parse decides.
-func TelemetryCandidate(line []byte) bool {
-	for _, t := range TelemetryTokens {
-		if bytes.Contains(line, t) {
-			return true
-		}
-	}
-	for _, t := range telemetrySlowTokens {
-		if bytes.Contains(line, t) {
-			return true
-		}
-	}
-	// A device-list line of nccl-tests: found by Candidate's " Pid ".
-	return bytes.Contains(line, []byte(" Pid "))
-}
+func TelemetryCandidate(line []byte) bool { return telemetrySet.contains(line) }

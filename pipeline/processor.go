@@ -9,11 +9,15 @@ import (
 	"sync"
 )
 
-// Classifier turns one log line into an NCCL event; parsers.Lines is the
-// implementation. It reports whether the line was an NCCL line; a line that
-// was not may still set ev.LauncherHost.
+// Classifier is the one line parser (parsers.Lines): Line parses a log
+// line once, into the NCCL event ev and, when tl is not nil and the parser
+// reads telemetry (parsers.NewLines), into the telemetry line tl. nccl
+// reports an NCCL line; a line that is not one may still set
+// ev.LauncherHost. telemetry reports a telemetry line (tl is left alone
+// when it is nil or the parser reads no telemetry). A prefilter in front of
+// it must pass the telemetry lines too (parsers.Prefilter(true)).
 type Classifier interface {
-	Classify(text []byte, ev *Event) bool
+	Line(text []byte, ev *Event, tl *TelemetryLine) (nccl, telemetry bool)
 }
 
 // MessageSplitter is implemented by a Classifier that finds a second
@@ -48,6 +52,8 @@ type Processor struct {
 	tap   Tap
 	split MessageSplitter // nil: one message per line
 	ev    Event
+	tl    TelemetryLine // the last record's telemetry, when telOK
+	telOK bool
 	Stats ProcessorStats
 }
 
@@ -64,12 +70,16 @@ func (p *Processor) SetTap(fn Tap) { p.tap = fn }
 // Assembler returns the assembler the processor feeds.
 func (p *Processor) Assembler() NCCLAssembler { return p.asm }
 
-// Record classifies one decoded record. An NCCL line with further NCCL
-// messages glued behind it (MessageSplitter) gives one event per message.
+// Record parses one decoded record with one Classifier call. An NCCL line
+// with further NCCL messages glued behind it (MessageSplitter) gives one
+// event per message. Its telemetry, read in the same call, is what
+// Telemetry returns until the next Record.
 func (p *Processor) Record(rec *Record) {
 	p.Stats.Records++
 	p.Stats.Bytes += int64(len(rec.Text))
-	if !p.classify(rec) {
+	nccl, tel := p.cls.Line(rec.Text, &p.ev, &p.tl)
+	p.telOK = tel
+	if !p.took(rec, nccl) {
 		return
 	}
 	if p.split != nil {
@@ -104,10 +114,23 @@ func (p *Processor) messages(rec *Record, i int) {
 	}
 }
 
-// classify parses rec's text into p.ev and reports whether it is an NCCL
-// line; a line that is not may still name a launcher host.
+// Telemetry returns the telemetry line of the last record passed to
+// Record, and false when that record was none. tl is valid until the next
+// Record call.
+func (p *Processor) Telemetry() (tl *TelemetryLine, ok bool) { return &p.tl, p.telOK }
+
+// classify parses the text of rec, one message of a line, into p.ev (no
+// telemetry: that is read once per line) and reports whether it is an NCCL
+// message.
 func (p *Processor) classify(rec *Record) bool {
-	if p.cls.Classify(rec.Text, &p.ev) {
+	nccl, _ := p.cls.Line(rec.Text, &p.ev, nil)
+	return p.took(rec, nccl)
+}
+
+// took reports nccl, the verdict of the line in p.ev; a line that is not
+// NCCL may still name a launcher host.
+func (p *Processor) took(rec *Record, nccl bool) bool {
+	if nccl {
 		return true
 	}
 	if len(p.ev.LauncherHost) > 0 {

@@ -181,6 +181,10 @@ type RunnerDeps struct {
 	// partial line (CRI "P", Docker's 16 KiB split) joins across the
 	// records of its partition.
 	NewDecoder func() Decoder
+	// Classifier is the one line parser: NCCL lines, and with
+	// parsers.NewLines training-progress and nccl-tests lines too, whose
+	// rows go into Batch.Steps and Batch.TestRuns (the Candidate prefilter
+	// must pass them: parsers.Prefilter(true)).
 	Classifier Classifier
 	Candidate  func([]byte) bool // the prefilter; nil passes everything
 	Sink       Consumer
@@ -196,12 +200,6 @@ type RunnerDeps struct {
 	// it drops its state.
 	NewAssembler func(AssemblerConfig) NCCLAssembler
 
-	// Telemetry, if set, parses training-progress and nccl-tests lines
-	// (parsers.Telemetry); their rows go into Batch.Steps and
-	// Batch.TestRuns. The Candidate prefilter must pass such lines too.
-	Telemetry interface {
-		Parse(line []byte, tl *TelemetryLine) bool
-	}
 	// Observe fills the batch's observations for the rules stage:
 	// Batch.Nodes, Batch.Telemetry (jobs whose lines changed and that have
 	// any) and Batch.Activity (a sample of each job's non-NCCL records, at
@@ -824,9 +822,9 @@ func (r *Runner) emit(rec *Record) {
 	}
 	rec.Meta = &r.meta
 	r.proc.Record(rec)
-	if p := r.deps.Telemetry; p != nil && p.Parse(rec.Text, &r.tl) {
+	if tl, ok := r.proc.Telemetry(); ok {
 		job := JobKey(r.meta.Cluster, r.meta.Namespace, r.meta.Job)
-		r.tel.Add(job, &r.meta, &r.tl, rec.Time, rec.Source, &r.batch)
+		r.tel.Add(job, &r.meta, tl, rec.Time, rec.Source, &r.batch)
 		// Telemetry-only jobs idle out like the others.
 		r.touched[job] = r.deps.Now()
 		r.telDirty[job] = true
@@ -1185,13 +1183,14 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 			if row.Source.Offset >= below[partKey{row.Source.Topic, row.Source.Partition}] {
 				return nil // delivered again: folded in as it arrives
 			}
-			if p := r.deps.Telemetry; p != nil && p.Parse([]byte(row.Line), &r.tl) {
+			nccl, tel := r.deps.Classifier.Line([]byte(row.Line), &ev, &r.tl)
+			if tel {
 				// Restores the job's network and NCCL ranks for its test
 				// runs; rows are not written again.
 				r.tel.Add(JobKey(row.Cluster, row.Namespace, row.Job), &Meta{Job: row.Job, Namespace: row.Namespace,
 					Cluster: row.Cluster, Pod: row.Pod, Node: row.Node}, &r.tl, row.Time, row.Source, nil)
 			}
-			if !r.deps.Classifier.Classify([]byte(row.Line), &ev) {
+			if !nccl {
 				return nil
 			}
 			meta := Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod, Container: row.Container, Node: row.Node}

@@ -478,9 +478,8 @@ func TestRunnerStoresTelemetry(t *testing.T) {
 	cfg := pipeline.DefaultRunnerConfig()
 	dcfg := parsers.DefaultDecoderConfig()
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: parsers.Prefilter(true),
-		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: counting, Logger: zerolog.Nop(),
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Candidate: parsers.Prefilter(true), Sink: counting, Logger: zerolog.Nop(),
 	})
 	off := int64(0)
 	for _, name := range []string{"026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log",

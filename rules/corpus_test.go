@@ -144,8 +144,8 @@ func testScenarioPack(t *testing.T, glob, pack string) {
 	}
 	deps := rules.ScenarioDeps{
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) },
-		Classifier: &parsers.Lines{},
-		Telemetry:  parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Telemetry:  true,
 	}
 	fires, quiet := map[string]bool{}, map[string]bool{}
 	for _, r := range rules.RunScenarios(files, deps) {
@@ -287,9 +287,8 @@ func TestRulesRunnerCanaryTelemetry(t *testing.T) {
 	sink := &stageSink{}
 	stage := rules.NewStage(eng, sink, time.Minute, rules.StageDeps{Now: func() time.Time { return now }})
 	runner := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) }, Classifier: &parsers.Lines{},
-		Candidate: parsers.Prefilter(true),
-		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Sink: stage,
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Candidate: parsers.Prefilter(true), Sink: stage,
 		Now:     func() time.Time { return now },
 		Observe: true,
 	})

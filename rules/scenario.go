@@ -78,18 +78,16 @@ type expectedAlert struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
-// ScenarioDeps turn log inputs into summaries: the decoder and classifier
+// ScenarioDeps turn log inputs into summaries: the decoder and line parser
 // of the real pipeline (parsers.NewDecoder, parsers.Lines). Scenarios
-// without log inputs need neither. Telemetry (parsers.Telemetry), if set,
-// also turns their training-progress and nccl-tests lines into the
-// `canary` and `series` views through a pipeline.TelemetryAssembler, as
-// `run` does.
+// without log inputs need neither. Telemetry says the line parser also
+// reads telemetry (parsers.NewLines): their training-progress and
+// nccl-tests lines then feed the `canary` and `series` views through a
+// pipeline.TelemetryAssembler, as `run` does.
 type ScenarioDeps struct {
 	NewDecoder func() pipeline.Decoder
 	Classifier pipeline.Classifier
-	Telemetry  interface {
-		Parse(line []byte, tl *pipeline.TelemetryLine) bool
-	}
+	Telemetry  bool
 }
 
 // ScenarioResult is the outcome of one scenario file.
@@ -442,10 +440,10 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 	if sc.deps.NewDecoder == nil || sc.deps.Classifier == nil {
 		return errors.New("log inputs need the pipeline's decoder: run the scenario with `ncclwatch rules test`")
 	}
-	if sc.deps.Telemetry == nil && slices.ContainsFunc(sc.rs.Rules, func(r *Rule) bool { return r.telemetry }) {
+	if !sc.deps.Telemetry && slices.ContainsFunc(sc.rs.Rules, func(r *Rule) bool { return r.telemetry }) {
 		// Without the parser the views stay empty and the rules quiet: a
 		// test would fail (or pass) for the wrong reason.
-		return errors.New("log inputs of rules that name canary or series need the telemetry parser (ScenarioDeps.Telemetry: parsers.NewTelemetry)")
+		return errors.New("log inputs of rules that name canary or series need the telemetry parser (ScenarioDeps.Telemetry with parsers.NewLines)")
 	}
 	asm := sc.assembler()
 	if sc.proc == nil {
@@ -454,7 +452,7 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 		})
 		sc.dec = sc.deps.NewDecoder()
 	}
-	if sc.deps.Telemetry != nil && sc.tel == nil {
+	if sc.deps.Telemetry && sc.tel == nil {
 		sc.tel = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), sc.inv)
 	}
 	meta := sc.meta[key]
@@ -475,9 +473,9 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 		}
 		r.Meta = &m
 		sc.proc.Record(r)
-		if sc.tel != nil && sc.deps.Telemetry.Parse(r.Text, &sc.tl) {
+		if tl, ok := sc.proc.Telemetry(); ok && sc.tel != nil {
 			sc.line++
-			sc.tel.Add(key, &m, &sc.tl, r.Time, pipeline.Source{Topic: sc.file, Line: sc.line}, nil)
+			sc.tel.Add(key, &m, tl, r.Time, pipeline.Source{Topic: sc.file, Line: sc.line}, nil)
 		}
 	}
 	for line := range bytes.SplitSeq(text, []byte("\n")) {

@@ -161,4 +161,6 @@ func (lineDecoder) Flush(func(*pipeline.Record)) {}
 
 type noNCCL struct{}
 
-func (noNCCL) Classify([]byte, *pipeline.Event) bool { return false }
+func (noNCCL) Line([]byte, *pipeline.Event, *pipeline.TelemetryLine) (bool, bool) {
+	return false, false
+}

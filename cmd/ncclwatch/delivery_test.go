@@ -213,9 +213,8 @@ func deliveryLife(t *testing.T, e *itEnv, sink pipeline.Consumer, msgs []pipelin
 	cfg.MaxRecordBytes = 4096
 	com := &offsetLog{next: committed}
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: parsers.Prefilter(true),
-		Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()), Observe: true,
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Candidate: parsers.Prefilter(true), Observe: true,
 		Sink: stage, Committer: com, Loader: e.ch, Logger: zerolog.Nop(), Now: clock,
 	})
 	if err := r.Assigned(ctx, []pipeline.Partition{{Topic: e.topic, Partition: 0, Committed: committed}}); err != nil {

@@ -105,8 +105,8 @@ func rulesCheck(files []string, stdout, stderr io.Writer) int {
 func rulesTest(files []string, stdout, stderr io.Writer) int {
 	deps := rules.ScenarioDeps{
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) },
-		Classifier: &parsers.Lines{},
-		Telemetry:  parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Telemetry:  true,
 	}
 	status := exitOK
 	for _, r := range rules.RunScenarios(files, deps) {

@@ -232,16 +232,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	dcfg.InvalidUTF8 = metrics.InvalidUTF8
 	// Telemetry (training step times, nccl-tests results) is on unless
 	// the config turns it off: it widens the prefilter to progress lines.
-	// One line parser does both: Classify strips a line once and parses
-	// NCCL and telemetry; the runner's Telemetry.Parse of the same line
-	// returns what Classify found.
+	// One line parser does both, in one call per line: it strips a line
+	// once and parses NCCL and telemetry.
 	lines := &parsers.Lines{}
-	var telemetry interface {
-		Parse([]byte, *pipeline.TelemetryLine) bool
-	}
 	if !cfg.Decoder.NoTelemetry {
 		lines = parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-		telemetry = lines
 	}
 	live := newLiveJobs(liveJobsMax)
 	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
@@ -263,8 +258,8 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	newDecoder := func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
 	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: newDecoder, Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
-		Telemetry: telemetry, Observe: stage != nil,
-		Sink: sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		Observe: stage != nil,
+		Sink:    sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer,
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)

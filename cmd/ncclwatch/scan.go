@@ -57,11 +57,10 @@ type scanner struct {
 	max   int
 	input scanInput
 	prog  *progress
-	// Telemetry (nil when off): lines parses it with the NCCL lines.
+	// Telemetry (telA nil when off): lines parses it with the NCCL lines,
+	// in the same call.
 	lines *parsers.Lines
-	tel   *parsers.Lines
 	telA  *pipeline.TelemetryAssembler
-	tl    pipeline.TelemetryLine
 }
 
 func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
@@ -79,7 +78,6 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 // nccl-tests results.
 func (s *scanner) enableTelemetry() {
 	*s.lines = *parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-	s.tel = s.lines
 	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
 	s.input.Telemetry = true
 }
@@ -92,14 +90,14 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 	s.input.Files = append(s.input.Files, name)
 	finder := &parsers.Finder{}
 	emit := s.proc.Record
-	if s.tel != nil {
+	if s.telA != nil {
 		finder = parsers.NewTelemetryFinder()
 		emit = func(rec *pipeline.Record) {
 			s.proc.Record(rec)
-			if s.tel.Parse(rec.Text, &s.tl) {
+			if tl, ok := s.proc.Telemetry(); ok {
 				// Reports are per input file: runs and series do not
 				// continue from one file into the next.
-				s.telA.Add(name, rec.Meta, &s.tl, rec.Time, pipeline.Source{Topic: name}, nil)
+				s.telA.Add(name, rec.Meta, tl, rec.Time, pipeline.Source{Topic: name}, nil)
 			}
 		}
 	}

@@ -1,0 +1,106 @@
+package parsers_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
+	"github.com/ncclwatch/ncclwatch/parsers"
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// The record path's benchmarks run on the load benchmark's stream
+// (deploy/local/load.sh): Fluent Bit records of a 2-node job, 5 % NCCL
+// lines among the ranks' trainer progress lines and a few warnings.
+var mixed struct {
+	once  sync.Once
+	recs  [][]byte
+	bytes int64
+}
+
+func mixedRecords(b *testing.B) [][]byte {
+	b.Helper()
+	mixed.once.Do(func() {
+		err := loadtest.Records(1, 0, "train-llm-7b", 0.05, 20000, nil, func(rec []byte) error {
+			mixed.recs = append(mixed.recs, append([]byte(nil), rec...))
+			mixed.bytes += int64(len(rec))
+			return nil
+		})
+		if err != nil {
+			panic(err)
+		}
+	})
+	return mixed.recs
+}
+
+// loopRecords runs fn over the stream's records, one per iteration.
+func loopRecords(b *testing.B, fn func(rec []byte)) {
+	recs := mixedRecords(b)
+	b.ReportAllocs()
+	b.SetBytes(mixed.bytes / int64(len(recs)))
+	i := 0
+	cpu := parsers.CPUTime()
+	for b.Loop() {
+		fn(recs[i])
+		if i++; i == len(recs) {
+			i = 0
+		}
+	}
+	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkPrefilterMixed is the run loop's prefilter (telemetry on) on
+// whole records.
+func BenchmarkPrefilterMixed(b *testing.B) {
+	pre := parsers.Prefilter(true)
+	n := 0
+	loopRecords(b, func(rec []byte) {
+		if pre(rec) {
+			n++
+		}
+	})
+}
+
+// BenchmarkDecodeMixed decodes every record's envelope.
+func BenchmarkDecodeMixed(b *testing.B) {
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	emit := func(*pipeline.Record) {}
+	loopRecords(b, func(rec []byte) {
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRecordPath is a record's whole parse path in the run loop with
+// telemetry on: prefilter, envelope, the line parser (NCCL and telemetry)
+// and the glued-message split of NCCL lines.
+func BenchmarkRecordPath(b *testing.B) {
+	pre := parsers.Prefilter(true)
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+	var ev pipeline.Event
+	var tl pipeline.TelemetryLine
+	var nccl, tel int
+	emit := func(rec *pipeline.Record) {
+		isNCCL, isTel := lines.Line(rec.Text, &ev, &tl)
+		if isNCCL {
+			nccl++
+			lines.NextMessage(rec.Text)
+		}
+		if isTel {
+			tel++
+		}
+	}
+	loopRecords(b, func(rec []byte) {
+		if !pre(rec) {
+			return
+		}
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if nccl == 0 || tel == 0 {
+		b.Fatalf("nccl lines %d, telemetry lines %d; want both", nccl, tel)
+	}
+}

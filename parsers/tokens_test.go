@@ -1,0 +1,217 @@
+package parsers
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The prefilters as they were written before tokenSet, one bytes.Index
+// search per token: the reference the one-pass sets must agree with.
+func naiveSearch(line, tok []byte, i int) bool {
+	for from := 0; from < len(line); {
+		j := bytes.Index(line[from:], tok)
+		if j < 0 {
+			return false
+		}
+		if plausibleAt(i, line, from+j) {
+			return true
+		}
+		from += j + 1
+	}
+	return false
+}
+
+func naiveCandidate(line []byte) bool {
+	for i, tok := range finderTokens {
+		if naiveSearch(line, tok, i) {
+			return true
+		}
+	}
+	return false
+}
+
+func naiveTelemetryCandidate(line []byte) bool {
+	for _, t := range TelemetryTokens {
+		if bytes.Contains(line, t) {
+			return true
+		}
+	}
+	for _, t := range telemetrySlowTokens {
+		if bytes.Contains(line, t) {
+			return true
+		}
+	}
+	return bytes.Contains(line, []byte(" Pid "))
+}
+
+// naiveIndex is the first start at or after from of any finder token
+// (with telemetry: and of the telemetry tokens) that is plausible.
+func naiveIndex(b []byte, from int, telemetry bool) int {
+	toks := finderTokens[:]
+	if telemetry {
+		toks = append(append(append([][]byte(nil), toks...), TelemetryTokens[:]...), telemetrySlowTokens[:]...)
+	}
+	best := -1
+	for i, tok := range toks {
+		for f := from; f < len(b); {
+			j := bytes.Index(b[f:], tok)
+			if j < 0 {
+				break
+			}
+			at := f + j
+			if i >= len(finderTokens) || plausibleAt(i, b, at) {
+				if best < 0 || at < best {
+					best = at
+				}
+				break
+			}
+			f = at + 1
+		}
+	}
+	return best
+}
+
+var tokenCases = []string{
+	"",
+	"N",
+	"NCCL",
+	"xNCCL",
+	"host:1:1 [0] NCCL INFO Using network IB",
+	"host:1:1 [0] INFO NET/IB : Using",
+	"root - INFO - step 1",
+	"[0] INFO x",
+	"]INFO ",
+	"file.cc:123 WARN oops",
+	"x WARN y",
+	"Pid  1 on host",
+	"#  Rank  0 Group  0 Pid  78499 on h device  0",
+	"worker pid=123, ip=10.0.0.1",
+	" iteration 10/ 500 | elapsed time per iteration (ms): 6070.3",
+	"{'loss': 0.4, 'epoch': 1}",
+	"train_step_timing in s: 1.2",
+	"     8388608       2097152     float     sum      -1    123.4   68.0  127.5      0",
+	"int8 int32 int64",
+	"iter latency",
+	"saving model to /x",
+	"Saving checkpoint",
+	"half double f8e4m3",
+	"_tim_time",
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa(ms)",
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa(ms",
+	"Tera FlopsTera Flops",
+}
+
+func TestTokenSetsAgree(t *testing.T) {
+	for _, c := range tokenCases {
+		checkTokenSets(t, []byte(c), true)
+	}
+}
+
+// checkTokenSets compares the sets with the searches per token; index is
+// checked from every position (every) or, as the block finder calls it,
+// from 0 and from one past each hit.
+func checkTokenSets(t *testing.T, b []byte, every bool) {
+	t.Helper()
+	if got, want := Candidate(b), naiveCandidate(b); got != want {
+		t.Errorf("Candidate(%q) = %v; want %v", b, got, want)
+	}
+	if got, want := TelemetryCandidate(b), naiveTelemetryCandidate(b); got != want {
+		t.Errorf("TelemetryCandidate(%q) = %v; want %v", b, got, want)
+	}
+	if got, want := Prefilter(true)(b), naiveCandidate(b) || naiveTelemetryCandidate(b); got != want {
+		t.Errorf("Prefilter(true)(%q) = %v; want %v", b, got, want)
+	}
+	var want uint64
+	for i, tk := range lineSet.toks {
+		if bytes.Contains(b, tk.tok) {
+			want |= 1 << i
+		}
+	}
+	if got := lineSet.mask(b); got != want {
+		t.Errorf("lineSet.mask(%q) = %b; want %b", b, got, want)
+	}
+	for _, set := range []struct {
+		s         *tokenSet
+		telemetry bool
+	}{{ncclSet, false}, {allSet, true}} {
+		for from := 0; from <= len(b); from++ {
+			got, want := set.s.index(b, from), naiveIndex(b, from, set.telemetry)
+			if got != want {
+				t.Errorf("index(%q, %d) with telemetry %v = %d; want %d", b, from, set.telemetry, got, want)
+				break
+			}
+			if !every {
+				if got < 0 {
+					break
+				}
+				from = got
+			}
+		}
+	}
+}
+
+// FuzzTokenSets checks the one-pass token sets against one search per
+// token.
+func FuzzTokenSets(f *testing.F) {
+	for _, c := range tokenCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 4096 {
+			return
+		}
+		checkTokenSets(t, b, false)
+	})
+}
+
+// BenchmarkCandidateNaive and BenchmarkCandidateSet compare one search
+// per token with one tokenSet pass for Candidate's five tokens.
+func BenchmarkCandidateNaive(b *testing.B) {
+	in := []byte(" iteration       10/  500000 | consumed samples:          640 | elapsed time per iteration (ms): 6070.3 | learning rate: 1.500E-04 | lm loss: 1.0E+01")
+	loopCPU(b, func() { naiveCandidate(in) })
+}
+
+func BenchmarkCandidateSet(b *testing.B) {
+	in := []byte(" iteration       10/  500000 | consumed samples:          640 | elapsed time per iteration (ms): 6070.3 | learning rate: 1.500E-04 | lm loss: 1.0E+01")
+	loopCPU(b, func() { ncclSet.contains(in) })
+}
+
+// TestFinderAgrees checks both finders against one search per token, over
+// a block of many lines.
+func TestFinderAgrees(t *testing.T) {
+	block := []byte(strings.Join(tokenCases, "\n"))
+	for _, telemetry := range []bool{false, true} {
+		f := &Finder{}
+		if telemetry {
+			f = NewTelemetryFinder()
+		}
+		f.Reset(block)
+		for from := 0; from <= len(block); from++ {
+			if got, want := f.Next(from), naiveIndex(block, from, telemetry); got != want {
+				t.Fatalf("telemetry %v: Next(%d) = %d; want %d", telemetry, from, got, want)
+			}
+		}
+	}
+}
+
+// TestLineSetMask checks lineSet's mask against one bytes.Contains per
+// marker.
+func TestLineSetMask(t *testing.T) {
+	lines := append([]string(nil), tokenCases...)
+	for _, c := range telCases {
+		lines = append(lines, c.in)
+	}
+	for _, l := range lines {
+		b := []byte(l)
+		var want uint64
+		for i, tk := range lineSet.toks {
+			if bytes.Contains(b, tk.tok) {
+				want |= 1 << i
+			}
+		}
+		if got := lineSet.mask(b); got != want {
+			t.Errorf("lineSet.mask(%q) = %b; want %b", b, got, want)
+		}
+	}
+}
