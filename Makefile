@@ -37,7 +37,7 @@ export NCCLWATCH_TEST_KAFKA_SECURE_DIR ?= $(KAFKA_SECURE_DIR)
 export NCCLWATCH_TEST_CLICKHOUSE_TLS ?= $(if $(CLICKHOUSE_TLS_PORT),127.0.0.1:$(CLICKHOUSE_TLS_PORT))
 export NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR ?= $(CLICKHOUSE_SECURE_DIR)
 
-.PHONY: all build quickstart test unit vet k8s fuzz promtool services-start services-stop bench demo
+.PHONY: all build quickstart test unit vet k8s fuzz promtool chdb services-start services-stop bench demo
 
 all: build
 
@@ -66,7 +66,7 @@ k8s:
 # unit runs the tests that need no server.
 unit: vet
 	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= \
-	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= $(GO) test -race -count=1 ./...
+	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= NCCLWATCH_TEST_CHDB= $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory k8s
 
 fuzz:
@@ -80,6 +80,12 @@ fuzz:
 # unit tests) and amtool check-config; installs the packages when missing.
 promtool:
 	deploy/local/promtool.sh check
+
+# chdb: the schema, the sink's inserts and every cookbook, README and
+# Grafana query on chDB's engine (ClickHouse 26.x in a Python library,
+# virtualenv made by deploy/local/chdb.sh; sinks/chdb_test.go). Part of make test.
+chdb:
+	NCCLWATCH_TEST_CHDB="$$(deploy/local/chdb.sh python)" $(GO) test -count=1 -run '^TestChDB$$' ./sinks/
 
 services-start:
 	deploy/local/kafka.sh start
@@ -97,7 +103,8 @@ test: vet
 	@$(MAKE) --no-print-directory services-start
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
-	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
+	chdb_python="$$(deploy/local/chdb.sh python)" || status=$$?; \
+	NCCLWATCH_TEST_CHDB="$$chdb_python" NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 ./... || status=$$?; \
 	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \

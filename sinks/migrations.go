@@ -281,6 +281,19 @@ FROM
 	}
 }
 
+// setupStmts create the database and the table that records the applied
+// migrations; Migrate runs them before any migration.
+var setupStmts = []string{
+	"CREATE DATABASE IF NOT EXISTS {db}{on_cluster}",
+	`CREATE TABLE IF NOT EXISTS {db}.schema_migrations{on_cluster}
+(
+    version UInt32,
+    applied_at DateTime
+)
+ENGINE = ReplacingMergeTree
+ORDER BY version`,
+}
+
 // Migrate creates the database and the schema_migrations table when
 // missing, then applies, in order, every migration not recorded there, and
 // records each. It returns the versions it applied: none when the schema is
@@ -289,17 +302,7 @@ FROM
 // (a ReplacingMergeTree on version) folds.
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	db, cluster := c.cfg.Database, c.cfg.Cluster
-	setup := []string{
-		"CREATE DATABASE IF NOT EXISTS {db}{on_cluster}",
-		`CREATE TABLE IF NOT EXISTS {db}.schema_migrations{on_cluster}
-(
-    version UInt32,
-    applied_at DateTime
-)
-ENGINE = ReplacingMergeTree
-ORDER BY version`,
-	}
-	for _, stmt := range setup {
+	for _, stmt := range setupStmts {
 		if err := c.exec(ctx, render(stmt, db, cluster)); err != nil {
 			return nil, fmt.Errorf("clickhouse migrate: %w", err)
 		}
@@ -379,7 +382,7 @@ func (c *ClickHouse) appliedMigrations(ctx context.Context) (map[int]bool, error
 func (c *ClickHouse) recordMigration(ctx context.Context, version int) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
-	b, err := c.conn.PrepareBatch(ctx, "INSERT INTO "+c.cfg.Database+".schema_migrations (version, applied_at)")
+	b, err := c.conn.PrepareBatch(ctx, recordMigrationSQL(c.cfg.Database))
 	if err != nil {
 		return err
 	}
@@ -388,4 +391,9 @@ func (c *ClickHouse) recordMigration(ctx context.Context, version int) error {
 		return err
 	}
 	return b.Send()
+}
+
+// recordMigrationSQL is the insert that records an applied migration.
+func recordMigrationSQL(db string) string {
+	return "INSERT INTO " + db + ".schema_migrations (version, applied_at)"
 }
