@@ -383,6 +383,14 @@ func TestChDB(t *testing.T) {
 	}
 	schema(db)
 	schema(probe)
+	// The cluster DDL (Replicated and Distributed tables, ON CLUSTER)
+	// cannot run in chDB (no ZooKeeper, no remote_servers); its parser
+	// checks the text as 26.9 reads it.
+	for _, s := range append(slices.Clone(setupStmts), migrationStmts(f)...) {
+		for _, e := range expand(s, "ncclwatch_cluster", "ncclwatch") {
+			add("parse cluster DDL", "EXPLAIN AST "+e)
+		}
+	}
 
 	fl := newFleet()
 	fleetBatch := fl.batch()
@@ -605,4 +613,13 @@ func grafanaWant(f fleet, b *pipeline.Batch) map[string][]string {
 		},
 		"Canary busbw against the pool's baseline": cb["canary_busbw_vs_baseline.sql"],
 	}
+}
+
+// migrationStmts lists the statements of every migration for f, in order.
+func migrationStmts(f features) []string {
+	var out []string
+	for _, m := range migrations(f) {
+		out = append(out, m.Stmts...)
+	}
+	return out
 }

@@ -87,6 +87,74 @@ func render(stmt, db, cluster string) string {
 	return strings.NewReplacer(phDB, db, phOnCluster, on).Replace(stmt)
 }
 
+// expand renders one migration statement for db: as it is on a single
+// server, or, with cluster set, for a cluster of shards and replicas. There
+// every CREATE TABLE becomes two tables, each created ON CLUSTER (so on
+// every server):
+//
+//   - NAME_local, the same columns and keys on Replicated…MergeTree, its
+//     replicas of one shard sharing the ZooKeeper path
+//     /clickhouse/tables/{shard}/DB/NAME_local ({shard} and {replica} are
+//     each server's macros);
+//   - NAME, a Distributed table over NAME_local on every shard, sharded by
+//     shardingKey: the name every insert and query uses, so that the sink,
+//     the views, the cookbook and the dashboards read the same SQL on a
+//     cluster as on one server.
+//
+// schema_migrations is the exception: one Replicated table whose replicas
+// are all the servers (path without {shard}), so that every server knows
+// what was applied. Views are created ON CLUSTER over the Distributed
+// tables. A replay of a batch lands on the same shard (the key is a
+// function of the row), where ReplacingMergeTree and FINAL fold it as on
+// one server.
+func expand(stmt, db, cluster string) []string {
+	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
+	if cluster == "" || !strings.HasPrefix(stmt, create) {
+		return []string{render(stmt, db, cluster)}
+	}
+	name, _, ok := strings.Cut(stmt[len(create):], phOnCluster)
+	engineAt := strings.Index(stmt, "ENGINE = ReplacingMergeTree")
+	if !ok || engineAt < 0 {
+		// Every table of the schema is a ReplacingMergeTree; a new
+		// engine needs its replicated form written here.
+		panic("sinks: no cluster form for " + stmt)
+	}
+	rest := stmt[engineAt+len("ENGINE = ReplacingMergeTree"):]
+	var version string
+	if strings.HasPrefix(rest, "(") {
+		version, rest, _ = strings.Cut(rest[1:], ")")
+		version = ", " + version
+	}
+	local := name + "_local"
+	zkPath := "/clickhouse/tables/{shard}/" + db + "/" + local
+	if name == "schema_migrations" {
+		local, zkPath = name, "/clickhouse/tables/all/"+db+"/"+name
+	}
+	// On Replicated tables the deduplication window is
+	// replicated_deduplication_window (default 100 blocks); the same
+	// margin as dedupWindow.
+	rest = strings.Replace(rest, "non_replicated_deduplication_window", "replicated_deduplication_window", 1)
+	replicated := create + local + phOnCluster + stmt[len(create)+len(name)+len(phOnCluster):engineAt] +
+		"ENGINE = ReplicatedReplacingMergeTree('" + zkPath + "', '{replica}'" + version + ")" + rest
+	out := []string{render(replicated, db, cluster)}
+	if name != "schema_migrations" {
+		out = append(out, render(create+name+phOnCluster+" AS "+phDB+"."+local+
+			"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+local+"', "+shardingKey(name)+")", db, cluster))
+	}
+	return out
+}
+
+// shardingKey is the Distributed sharding expression of a table: a hash
+// of the job (cluster, namespace, job), so that one job's rows, and every
+// replay of them, live on one shard and its summaries fold there into one
+// row per job; dead letters, which have no job, by their Kafka partition.
+func shardingKey(table string) string {
+	if table == "dead_letters" {
+		return "cityHash64(topic, `partition`)"
+	}
+	return "cityHash64(cluster, namespace, job)"
+}
+
 // dedupWindow is the number of recent insert blocks a table without
 // replication remembers for insert_deduplication_token: a replay after a
 // crash repeats at most the few batches that were in flight, and one
@@ -303,8 +371,10 @@ ORDER BY version`,
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	db, cluster := c.cfg.Database, c.cfg.Cluster
 	for _, stmt := range setupStmts {
-		if err := c.exec(ctx, render(stmt, db, cluster)); err != nil {
-			return nil, fmt.Errorf("clickhouse migrate: %w", err)
+		for _, s := range expand(stmt, db, cluster) {
+			if err := c.exec(ctx, s); err != nil {
+				return nil, fmt.Errorf("clickhouse migrate: %w", err)
+			}
 		}
 	}
 
@@ -317,8 +387,10 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 			continue
 		}
 		for _, stmt := range m.Stmts {
-			if err := c.exec(ctx, render(stmt, db, cluster)); err != nil {
-				return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
+			for _, s := range expand(stmt, db, cluster) {
+				if err := c.exec(ctx, s); err != nil {
+					return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
+				}
 			}
 		}
 		if err := c.recordMigration(ctx, m.Version); err != nil {
