@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -103,12 +104,30 @@ func render(stmt, db, cluster string) string {
 //
 // schema_migrations is the exception: one Replicated table whose replicas
 // are all the servers (path without {shard}), so that every server knows
-// what was applied. Views are created ON CLUSTER over the Distributed
-// tables. A replay of a batch lands on the same shard (the key is a
-// function of the row), where ReplacingMergeTree and FINAL fold it as on
-// one server.
+// what was applied. A view NAME becomes NAME_local, the same query over
+// the local tables (and local views) of its server, and a Distributed
+// NAME over NAME_local on every shard: since one job's rows live on one
+// shard, a shard's view holds whole jobs, and job_verdicts one row per
+// job. (18.16 also crashed a shard, SIGSEGV, when job_verdicts was a view
+// over the Distributed job_summaries and its argMax state of a tuple went
+// between servers.) A replay of a batch lands on the same shard (the key
+// is a function of the row), where ReplacingMergeTree and FINAL fold it as
+// on one server.
 func expand(stmt, db, cluster string) []string {
 	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
+	const view = "CREATE VIEW IF NOT EXISTS " + phDB + "."
+	if cluster != "" && strings.HasPrefix(stmt, view) {
+		name, body, ok := strings.Cut(stmt[len(view):], phOnCluster)
+		if !ok {
+			panic("sinks: no cluster form for " + stmt)
+		}
+		local := localRef.ReplaceAllString(body, phDB+".${1}_local")
+		return []string{
+			render(view+name+"_local"+phOnCluster+local, db, cluster),
+			render(create+name+phOnCluster+" AS "+phDB+"."+name+"_local"+
+				"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+name+"_local')", db, cluster),
+		}
+	}
 	if cluster == "" || !strings.HasPrefix(stmt, create) {
 		return []string{render(stmt, db, cluster)}
 	}
@@ -143,6 +162,9 @@ func expand(stmt, db, cluster string) []string {
 	}
 	return out
 }
+
+// localRef is a table or view of the schema named in a view's query.
+var localRef = regexp.MustCompile(`\{db\}\.(\w+)`)
 
 // shardingKey is the Distributed sharding expression of a table: a hash
 // of the job (cluster, namespace, job), so that one job's rows, and every

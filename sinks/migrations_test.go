@@ -3,6 +3,7 @@ package sinks
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -348,11 +349,21 @@ func TestExpandCluster(t *testing.T) {
 			"ENGINE = Distributed('c2', 'nw', 'job_summaries_local', cityHash64(cluster, namespace, job))",
 			"ENGINE = Distributed('c2', 'nw', 'dead_letters_local', cityHash64(topic, `partition`))",
 			"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/nw/checkpoint_events_local', '{replica}', lines)",
-			"CREATE VIEW IF NOT EXISTS nw.job_verdicts ON CLUSTER 'c2' AS",
-			"FROM nw.job_summaries\n",
+			"CREATE VIEW IF NOT EXISTS nw.job_verdicts_local ON CLUSTER 'c2' AS",
+			"FROM nw.job_summaries_local\n",
+			"CREATE TABLE IF NOT EXISTS nw.job_verdicts ON CLUSTER 'c2' AS nw.job_verdicts_local\nENGINE = Distributed('c2', 'nw', 'job_verdicts_local')",
+			"FROM nw.training_steps_local FINAL",
+			"nw.job_verdicts_local",
 		} {
 			if !strings.Contains(ddl, want) {
 				t.Errorf("%s: cluster DDL lacks %q", v, want)
+			}
+		}
+		// A cluster view reads only its server's local tables and views.
+		localName := regexp.MustCompile(`nw\.\w+_local\b`)
+		for _, s := range all {
+			if strings.HasPrefix(s, "CREATE VIEW") && strings.Contains(localName.ReplaceAllString(s, ""), "nw.") {
+				t.Errorf("%s: a cluster view reads a Distributed table:\n%s", v, s)
 			}
 		}
 		if strings.Contains(ddl, "non_replicated") || strings.Contains(ddl, "ENGINE = ReplacingMergeTree") {
