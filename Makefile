@@ -16,6 +16,14 @@ CLICKHOUSE_PORT ?= 19000
 CLICKHOUSE_HTTP_PORT ?= 18123
 # Alertmanager's test config notifies ALERTMANAGER_PORT+1, which must be free too.
 ALERTMANAGER_PORT ?= 19094
+# The ClickHouse test cluster of make test-cluster (deploy/local/clickhouse-cluster.sh):
+# servers on CLICKHOUSE_CLUSTER_PORT, +10, +20 (native; +1 HTTP, +2 interserver),
+# the shard of each server in CLICKHOUSE_CLUSTER_SHARDS, ZooKeeper on ZOOKEEPER_PORT.
+CLICKHOUSE_CLUSTER_PORT ?= $(shell expr $(CLICKHOUSE_PORT) + 100)
+CLICKHOUSE_CLUSTER_SHARDS ?= 1 1 2
+CLICKHOUSE_CLUSTER_NAME ?= ncclwatch
+ZOOKEEPER_PORT ?= $(shell expr $(CLICKHOUSE_PORT) + 181)
+export CLICKHOUSE_CLUSTER_PORT CLICKHOUSE_CLUSTER_SHARDS CLICKHOUSE_CLUSTER_NAME ZOOKEEPER_PORT
 # The secured listeners beside the plaintext ones: Kafka SASL_SSL (SCRAM over
 # TLS, ACLs) and ClickHouse's TLS native port with a password user. Set one
 # empty to start that server without it (its secured tests then fail under
@@ -37,7 +45,7 @@ export NCCLWATCH_TEST_KAFKA_SECURE_DIR ?= $(KAFKA_SECURE_DIR)
 export NCCLWATCH_TEST_CLICKHOUSE_TLS ?= $(if $(CLICKHOUSE_TLS_PORT),127.0.0.1:$(CLICKHOUSE_TLS_PORT))
 export NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR ?= $(CLICKHOUSE_SECURE_DIR)
 
-.PHONY: all build quickstart test unit vet k8s fuzz promtool services-start services-stop bench demo
+.PHONY: all build quickstart test test-cluster unit vet k8s fuzz promtool chdb services-start services-stop bench demo
 
 all: build
 
@@ -66,7 +74,7 @@ k8s:
 # unit runs the tests that need no server.
 unit: vet
 	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= \
-	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= $(GO) test -race -count=1 ./...
+	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= NCCLWATCH_TEST_CHDB= $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory k8s
 
 fuzz:
@@ -81,6 +89,12 @@ fuzz:
 # unit tests) and amtool check-config; installs the packages when missing.
 promtool:
 	deploy/local/promtool.sh check
+
+# chdb: the schema, the sink's inserts and every cookbook, README and
+# Grafana query on chDB's engine (ClickHouse 26.x in a Python library,
+# virtualenv made by deploy/local/chdb.sh; sinks/chdb_test.go). Part of make test.
+chdb:
+	NCCLWATCH_TEST_CHDB="$$(deploy/local/chdb.sh python)" $(GO) test -count=1 -run '^TestChDB$$' ./sinks/
 
 services-start:
 	deploy/local/kafka.sh start
@@ -98,10 +112,27 @@ test: vet
 	@$(MAKE) --no-print-directory services-start
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
-	NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 18m ./... || status=$$?; \
+	chdb_python="$$(deploy/local/chdb.sh python)" || status=$$?; \
+	NCCLWATCH_TEST_CHDB="$$chdb_python" NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 18m ./... || status=$$?; \
 	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \
+	exit $$status
+
+# test-cluster: two `ncclwatch run` instances writing through a ClickHouse
+# cluster (2 replicas of shard 1, shard 2; ZooKeeper), a replica and an
+# instance killed mid-stream, the end state compared with one instance on
+# one server (cmd/ncclwatch/cluster_test.go). Starts and stops Kafka, the
+# single server and the cluster; .ci/run runs it after make test.
+test-cluster:
+	@status=0; \
+	{ deploy/local/kafka.sh start && deploy/local/clickhouse.sh start && deploy/local/clickhouse-cluster.sh start; } || status=$$?; \
+	if [ $$status -eq 0 ]; then \
+		NCCLWATCH_TEST_CLICKHOUSE_CLUSTER="$$(deploy/local/clickhouse-cluster.sh addrs)" \
+		NCCLWATCH_TEST_CLICKHOUSE_CLUSTER_NAME=$(CLICKHOUSE_CLUSTER_NAME) NCCLWATCH_REQUIRE_SERVERS=1 \
+		$(GO) test -count=1 -timeout 15m -run '^(TestIntegrationCluster|TestClusterCookbook)$$' -v ./sinks/ ./cmd/ncclwatch/ || status=$$?; \
+	fi; \
+	deploy/local/clickhouse-cluster.sh stop; deploy/local/clickhouse.sh stop; deploy/local/kafka.sh stop; \
 	exit $$status
 
 bench:

@@ -117,8 +117,8 @@ func foldRunner(t *testing.T, tbl *finalTables, commit pipeline.Committer, windo
 	}
 	dcfg := parsers.DefaultDecoderConfig()
 	return pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Candidate: parsers.Prefilter(true),
 		Sink: tbl, Loader: tbl, Committer: commit, Logger: zerolog.Nop(),
 		Now: func() time.Time { return time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC) }})
 }
@@ -235,8 +235,8 @@ func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
 	cfg := pipeline.DefaultRunnerConfig()
 	dcfg := parsers.DefaultDecoderConfig()
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: &parsers.Lines{},
-		Candidate: parsers.Prefilter(true), Telemetry: parsers.NewTelemetry(parsers.DefaultTelemetryConfig()),
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		Candidate: parsers.Prefilter(true),
 		Sink: tbl, Committer: commits, Logger: zerolog.Nop(), Now: func() time.Time { return now }})
 	step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
 	vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),

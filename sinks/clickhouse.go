@@ -47,8 +47,14 @@ type ClickHouseConfig struct {
 	// QueryTimeout bounds one statement: one insert attempt, one DDL
 	// statement, and each read of a streamed result.
 	QueryTimeout time.Duration `yaml:"query_timeout"`
-	// Cluster, when set, makes every DDL statement ON CLUSTER Cluster. It
-	// may be a macro such as "{cluster}".
+	// Cluster, when set, names the cluster (the server's remote_servers)
+	// the schema spans: Migrate creates every table ON CLUSTER as a
+	// Replicated…MergeTree NAME_local on each shard and a Distributed NAME
+	// over them, sharded by job (see expand), and the sink inserts through
+	// the Distributed tables synchronously (insert_distributed_sync), so
+	// that an insert that returns has reached a replica of every shard it
+	// touches. Set it when the schema is first migrated: a database
+	// migrated without it stays single-server.
 	Cluster string `yaml:"cluster"`
 	// MaxLineBytes caps the stored text of an event line.
 	MaxLineBytes int `yaml:"max_line_bytes"`
@@ -298,12 +304,8 @@ func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
 
 // insert writes one table's rows of b.
 func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n int) error {
-	if c.features.DedupToken {
-		// The same token on every attempt: a retry of an insert that did
-		// reach the server (the answer was lost) is then dropped by it.
-		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
-			"insert_deduplication_token": t.token(b),
-		}))
+	if settings := c.insertSettings(t, b); len(settings) > 0 {
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(settings))
 	}
 	start := time.Now()
 	err := c.insertOnce(ctx, t, b)
@@ -317,6 +319,27 @@ func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n 
 		return fmt.Errorf("clickhouse insert %s: %w (last error: %v)", t.name, ctx.Err(), err)
 	}
 	return classify(fmt.Errorf("clickhouse insert %s: %w", t.name, err))
+}
+
+// insertSettings are the settings of one table's insert of b.
+func (c *ClickHouse) insertSettings(t *table, b *pipeline.Batch) clickhouse.Settings {
+	settings := clickhouse.Settings{}
+	if c.features.DedupToken {
+		// The same token on every attempt: a retry of an insert that did
+		// reach the server (the answer was lost) is then dropped by it.
+		settings["insert_deduplication_token"] = t.token(b)
+	}
+	if c.cfg.Cluster != "" {
+		// The Distributed table writes each shard's rows to a replica
+		// before the insert returns, instead of queueing them on the
+		// local disk of the server we talk to: the offsets are
+		// committed only for rows a shard holds, and a failed insert
+		// is retried whole (the replicas drop the blocks they have).
+		// The setting keeps this name as an alias on 23.x+
+		// (distributed_foreground_insert).
+		settings["insert_distributed_sync"] = 1
+	}
+	return settings
 }
 
 // classify wraps err with pipeline.Permanent and a hint when no retry

@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -85,6 +86,95 @@ func render(stmt, db, cluster string) string {
 		on = " ON CLUSTER '" + cluster + "'"
 	}
 	return strings.NewReplacer(phDB, db, phOnCluster, on).Replace(stmt)
+}
+
+// expand renders one migration statement for db: as it is on a single
+// server, or, with cluster set, for a cluster of shards and replicas. There
+// every CREATE TABLE becomes two tables, each created ON CLUSTER (so on
+// every server):
+//
+//   - NAME_local, the same columns and keys on Replicated…MergeTree, its
+//     replicas of one shard sharing the ZooKeeper path
+//     /clickhouse/tables/{shard}/DB/NAME_local ({shard} and {replica} are
+//     each server's macros);
+//   - NAME, a Distributed table over NAME_local on every shard, sharded by
+//     shardingKey: the name every insert and query uses, so that the sink,
+//     the views, the cookbook and the dashboards read the same SQL on a
+//     cluster as on one server.
+//
+// schema_migrations is the exception: one Replicated table whose replicas
+// are all the servers (path without {shard}), so that every server knows
+// what was applied. A view NAME becomes NAME_local, the same query over
+// the local tables (and local views) of its server, and a Distributed
+// NAME over NAME_local on every shard: since one job's rows live on one
+// shard, a shard's view holds whole jobs, and job_verdicts one row per
+// job. (18.16 also crashed a shard, SIGSEGV, when job_verdicts was a view
+// over the Distributed job_summaries and its argMax state of a tuple went
+// between servers.) A replay of a batch lands on the same shard (the key
+// is a function of the row), where ReplacingMergeTree and FINAL fold it as
+// on one server.
+func expand(stmt, db, cluster string) []string {
+	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
+	const view = "CREATE VIEW IF NOT EXISTS " + phDB + "."
+	if cluster != "" && strings.HasPrefix(stmt, view) {
+		name, body, ok := strings.Cut(stmt[len(view):], phOnCluster)
+		if !ok {
+			panic("sinks: no cluster form for " + stmt)
+		}
+		local := localRef.ReplaceAllString(body, phDB+".${1}_local")
+		return []string{
+			render(view+name+"_local"+phOnCluster+local, db, cluster),
+			render(create+name+phOnCluster+" AS "+phDB+"."+name+"_local"+
+				"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+name+"_local')", db, cluster),
+		}
+	}
+	if cluster == "" || !strings.HasPrefix(stmt, create) {
+		return []string{render(stmt, db, cluster)}
+	}
+	name, _, ok := strings.Cut(stmt[len(create):], phOnCluster)
+	engineAt := strings.Index(stmt, "ENGINE = ReplacingMergeTree")
+	if !ok || engineAt < 0 {
+		// Every table of the schema is a ReplacingMergeTree; a new
+		// engine needs its replicated form written here.
+		panic("sinks: no cluster form for " + stmt)
+	}
+	rest := stmt[engineAt+len("ENGINE = ReplacingMergeTree"):]
+	var version string
+	if strings.HasPrefix(rest, "(") {
+		version, rest, _ = strings.Cut(rest[1:], ")")
+		version = ", " + version
+	}
+	local := name + "_local"
+	zkPath := "/clickhouse/tables/{shard}/" + db + "/" + local
+	if name == "schema_migrations" {
+		local, zkPath = name, "/clickhouse/tables/all/"+db+"/"+name
+	}
+	// On Replicated tables the deduplication window is
+	// replicated_deduplication_window (default 100 blocks); the same
+	// margin as dedupWindow.
+	rest = strings.Replace(rest, "non_replicated_deduplication_window", "replicated_deduplication_window", 1)
+	replicated := create + local + phOnCluster + stmt[len(create)+len(name)+len(phOnCluster):engineAt] +
+		"ENGINE = ReplicatedReplacingMergeTree('" + zkPath + "', '{replica}'" + version + ")" + rest
+	out := []string{render(replicated, db, cluster)}
+	if name != "schema_migrations" {
+		out = append(out, render(create+name+phOnCluster+" AS "+phDB+"."+local+
+			"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+local+"', "+shardingKey(name)+")", db, cluster))
+	}
+	return out
+}
+
+// localRef is a table or view of the schema named in a view's query.
+var localRef = regexp.MustCompile(`\{db\}\.(\w+)`)
+
+// shardingKey is the Distributed sharding expression of a table: a hash
+// of the job (cluster, namespace, job), so that one job's rows, and every
+// replay of them, live on one shard and its summaries fold there into one
+// row per job; dead letters, which have no job, by their Kafka partition.
+func shardingKey(table string) string {
+	if table == "dead_letters" {
+		return "cityHash64(topic, `partition`)"
+	}
+	return "cityHash64(cluster, namespace, job)"
 }
 
 // dedupWindow is the number of recent insert blocks a table without
@@ -281,6 +371,19 @@ FROM
 	}
 }
 
+// setupStmts create the database and the table that records the applied
+// migrations; Migrate runs them before any migration.
+var setupStmts = []string{
+	"CREATE DATABASE IF NOT EXISTS {db}{on_cluster}",
+	`CREATE TABLE IF NOT EXISTS {db}.schema_migrations{on_cluster}
+(
+    version UInt32,
+    applied_at DateTime
+)
+ENGINE = ReplacingMergeTree
+ORDER BY version`,
+}
+
 // Migrate creates the database and the schema_migrations table when
 // missing, then applies, in order, every migration not recorded there, and
 // records each. It returns the versions it applied: none when the schema is
@@ -289,19 +392,11 @@ FROM
 // (a ReplacingMergeTree on version) folds.
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	db, cluster := c.cfg.Database, c.cfg.Cluster
-	setup := []string{
-		"CREATE DATABASE IF NOT EXISTS {db}{on_cluster}",
-		`CREATE TABLE IF NOT EXISTS {db}.schema_migrations{on_cluster}
-(
-    version UInt32,
-    applied_at DateTime
-)
-ENGINE = ReplacingMergeTree
-ORDER BY version`,
-	}
-	for _, stmt := range setup {
-		if err := c.exec(ctx, render(stmt, db, cluster)); err != nil {
-			return nil, fmt.Errorf("clickhouse migrate: %w", err)
+	for _, stmt := range setupStmts {
+		for _, s := range expand(stmt, db, cluster) {
+			if err := c.exec(ctx, s); err != nil {
+				return nil, fmt.Errorf("clickhouse migrate: %w", err)
+			}
 		}
 	}
 
@@ -314,8 +409,10 @@ ORDER BY version`,
 			continue
 		}
 		for _, stmt := range m.Stmts {
-			if err := c.exec(ctx, render(stmt, db, cluster)); err != nil {
-				return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
+			for _, s := range expand(stmt, db, cluster) {
+				if err := c.exec(ctx, s); err != nil {
+					return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
+				}
 			}
 		}
 		if err := c.recordMigration(ctx, m.Version); err != nil {
@@ -379,7 +476,7 @@ func (c *ClickHouse) appliedMigrations(ctx context.Context) (map[int]bool, error
 func (c *ClickHouse) recordMigration(ctx context.Context, version int) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
-	b, err := c.conn.PrepareBatch(ctx, "INSERT INTO "+c.cfg.Database+".schema_migrations (version, applied_at)")
+	b, err := c.conn.PrepareBatch(ctx, recordMigrationSQL(c.cfg.Database))
 	if err != nil {
 		return err
 	}
@@ -388,4 +485,9 @@ func (c *ClickHouse) recordMigration(ctx context.Context, version int) error {
 		return err
 	}
 	return b.Send()
+}
+
+// recordMigrationSQL is the insert that records an applied migration.
+func recordMigrationSQL(db string) string {
+	return "INSERT INTO " + db + ".schema_migrations (version, applied_at)"
 }

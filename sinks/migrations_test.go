@@ -3,6 +3,7 @@ package sinks
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -319,5 +320,63 @@ func TestClickHouseMigrateConcurrent(t *testing.T) {
 	want := len(migrations(first.features))
 	if got := queryInt(t, first, "SELECT count() FROM "+first.cfg.Database+".schema_migrations FINAL"); got != uint64(want) {
 		t.Errorf("schema_migrations FINAL = %d rows; want %d", got, want)
+	}
+}
+
+// TestExpandCluster: with a cluster, each table is a Replicated local
+// table on every shard and a Distributed table over them sharded by job;
+// schema_migrations is replicated on every server; views stay views.
+func TestExpandCluster(t *testing.T) {
+	for _, v := range []string{"18.16.1", "26.9.2.1"} {
+		major, minor, _ := parseVersion(v)
+		f := featuresOf(major, minor)
+		var all []string
+		for _, s := range append(slices.Clone(setupStmts), migrationStmts(f)...) {
+			single := expand(s, "nw", "")
+			if len(single) != 1 || single[0] != render(s, "nw", "") {
+				t.Errorf("%s: expand without a cluster = %q; want render's", v, single)
+			}
+			all = append(all, expand(s, "nw", "c2")...)
+		}
+		ddl := strings.Join(all, "\n;\n")
+		for _, want := range []string{
+			"CREATE DATABASE IF NOT EXISTS nw ON CLUSTER 'c2'",
+			"CREATE TABLE IF NOT EXISTS nw.schema_migrations ON CLUSTER 'c2'\n(\n    version UInt32,\n    applied_at DateTime\n)\nENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/nw/schema_migrations', '{replica}')\nORDER BY version",
+			"CREATE TABLE IF NOT EXISTS nw.nccl_events_local ON CLUSTER 'c2'\n(",
+			"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/nw/nccl_events_local', '{replica}')\nPARTITION BY toYYYYMM(time)\nORDER BY (topic, `partition`, `offset`, line)",
+			"CREATE TABLE IF NOT EXISTS nw.nccl_events ON CLUSTER 'c2' AS nw.nccl_events_local\nENGINE = Distributed('c2', 'nw', 'nccl_events_local', cityHash64(cluster, namespace, job))",
+			"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/nw/job_summaries_local', '{replica}', version)",
+			"ENGINE = Distributed('c2', 'nw', 'job_summaries_local', cityHash64(cluster, namespace, job))",
+			"ENGINE = Distributed('c2', 'nw', 'dead_letters_local', cityHash64(topic, `partition`))",
+			"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/nw/checkpoint_events_local', '{replica}', lines)",
+			"CREATE VIEW IF NOT EXISTS nw.job_verdicts_local ON CLUSTER 'c2' AS",
+			"FROM nw.job_summaries_local\n",
+			"CREATE TABLE IF NOT EXISTS nw.job_verdicts ON CLUSTER 'c2' AS nw.job_verdicts_local\nENGINE = Distributed('c2', 'nw', 'job_verdicts_local')",
+			"FROM nw.training_steps_local FINAL",
+			"nw.job_verdicts_local",
+		} {
+			if !strings.Contains(ddl, want) {
+				t.Errorf("%s: cluster DDL lacks %q", v, want)
+			}
+		}
+		// A cluster view reads only its server's local tables and views.
+		localName := regexp.MustCompile(`nw\.\w+_local\b`)
+		for _, s := range all {
+			if strings.HasPrefix(s, "CREATE VIEW") && strings.Contains(localName.ReplaceAllString(s, ""), "nw.") {
+				t.Errorf("%s: a cluster view reads a Distributed table:\n%s", v, s)
+			}
+		}
+		if strings.Contains(ddl, "non_replicated") || strings.Contains(ddl, "ENGINE = ReplacingMergeTree") {
+			t.Errorf("%s: cluster DDL keeps a single-server engine or setting", v)
+		}
+		if f.DedupToken && !strings.Contains(ddl, "SETTINGS replicated_deduplication_window = 1000") {
+			t.Errorf("%s: cluster DDL lacks the replicated dedup window", v)
+		}
+		// Every table the sink writes is Distributed, over a local table.
+		for _, tb := range allTables() {
+			if !strings.Contains(ddl, "CREATE TABLE IF NOT EXISTS nw."+tb.name+" ON CLUSTER 'c2' AS nw."+tb.name+"_local\nENGINE = Distributed(") {
+				t.Errorf("%s: %s has no Distributed table", v, tb.name)
+			}
+		}
 	}
 }

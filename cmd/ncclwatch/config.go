@@ -131,6 +131,7 @@ func (c *serviceConfig) envOverrides(getenv func(string) string) error {
 		set("NCCLWATCH_CLICKHOUSE_PASSWORD_FILE", str(&c.ClickHouse.PasswordFile)),
 		set("NCCLWATCH_INVENTORY", str(&c.Inventory)),
 		set("NCCLWATCH_CLUSTER", str(&c.Pipeline.Cluster)),
+		set("NCCLWATCH_CLICKHOUSE_CLUSTER", str(&c.ClickHouse.Cluster)),
 		set("NCCLWATCH_LISTEN", str(&c.HTTP.Listen)),
 		set("NCCLWATCH_API_TOKEN_FILE", str(&c.HTTP.APITokenFile)),
 		set("NCCLWATCH_LOG_LEVEL", str(&c.Log.Level)),

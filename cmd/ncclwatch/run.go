@@ -45,6 +45,7 @@ type serviceFlags struct {
 	listen     string
 	inventory  string
 	cluster    string
+	chCluster  string
 	logLevel   string
 	migrate    bool
 	expect     string
@@ -61,7 +62,14 @@ func newServiceFlags(name string, stderr io.Writer) *serviceFlags {
 	f.fs.StringVar(&f.database, "database", "", "ClickHouse database (default ncclwatch; env NCCLWATCH_DATABASE)")
 	f.fs.StringVar(&f.listen, "listen", "", "address for /metrics, /healthz, /readyz (default :9464; env NCCLWATCH_LISTEN)")
 	f.fs.StringVar(&f.inventory, "inventory", "", "node inventory file, YAML or CSV, reloaded on change (env NCCLWATCH_INVENTORY)")
-	f.fs.StringVar(&f.cluster, "cluster", "", "cluster name for records that carry none (env NCCLWATCH_CLUSTER)")
+	if name == "migrate" {
+		// migrate stores no records: its --cluster is the ClickHouse
+		// cluster, as `ncclwatch migrate --cluster NAME` reads.
+		f.fs.StringVar(&f.chCluster, "cluster", "", "ClickHouse cluster (remote_servers) to create the schema on: Replicated tables per shard and Distributed tables over them, sharded by job (same as --clickhouse-cluster)")
+	} else {
+		f.fs.StringVar(&f.cluster, "cluster", "", "cluster name for records that carry none (env NCCLWATCH_CLUSTER)")
+	}
+	f.fs.StringVar(&f.chCluster, "clickhouse-cluster", "", "ClickHouse cluster the schema spans (migrate: create it there; run: insert through its Distributed tables) (env NCCLWATCH_CLICKHOUSE_CLUSTER)")
 	f.fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (env NCCLWATCH_LOG_LEVEL)")
 	f.fs.BoolVar(&f.migrate, "migrate", true, "apply ClickHouse migrations at start; --migrate=false checks the schema instead and stops when it is missing or old (env NCCLWATCH_MIGRATE)")
 	f.fs.StringVar(&f.expect, "expect", "", "default network class multi-node jobs expect: rdma, tcp or tcpx")
@@ -96,7 +104,13 @@ func (f *serviceFlags) resolve(getenv func(string) string) (serviceConfig, error
 		case "inventory":
 			cfg.Inventory = f.inventory
 		case "cluster":
-			cfg.Pipeline.Cluster = f.cluster
+			if f.fs.Name() == "migrate" {
+				cfg.ClickHouse.Cluster = f.chCluster
+			} else {
+				cfg.Pipeline.Cluster = f.cluster
+			}
+		case "clickhouse-cluster":
+			cfg.ClickHouse.Cluster = f.chCluster
 		case "log-level":
 			cfg.Log.Level = f.logLevel
 		case "migrate":
@@ -432,7 +446,7 @@ func newTracer(ctx context.Context, cfg tracingConfig) (trace.Tracer, func(), er
 func runMigrate(args []string, stdout, stderr io.Writer) int {
 	f := newServiceFlags("migrate", stderr)
 	f.fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent).\n\nflags:")
+		fmt.Fprintln(stderr, "usage: ncclwatch migrate [--clickhouse HOST:PORT] [--database DB] [--cluster NAME] [--config FILE]\n\nApply the numbered ClickHouse migrations (idempotent); with --cluster, on every server of that ClickHouse cluster.\n\nflags:")
 		printFlags(stderr, f.fs, runFlagDefaults())
 	}
 	if code, ok := parseArgs(f.fs, args); !ok {
@@ -459,6 +473,10 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ncclwatch migrate:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "clickhouse %s, database %s: applied migrations %v\n", ch.Version(), cfg.ClickHouse.Database, applied)
+	where := ""
+	if cfg.ClickHouse.Cluster != "" {
+		where = ", cluster " + cfg.ClickHouse.Cluster
+	}
+	fmt.Fprintf(stdout, "clickhouse %s, database %s%s: applied migrations %v\n", ch.Version(), cfg.ClickHouse.Database, where, applied)
 	return exitOK
 }

@@ -13,6 +13,8 @@
 # protocol over TLS on that port (tcp_port_secure; a throwaway CA and server
 # certificate) and has a password user "ncclwatch" (password in a file); both
 # in $CLICKHOUSE_SECURE_DIR (see "Secured ClickHouse" in deploy/local/README.md).
+# CLICKHOUSE_CONFIG_D adds config files; CLICKHOUSE_KEEP_DATA=1 restarts on
+# the data a stopped or killed server left (clickhouse-cluster.sh uses both).
 # See deploy/local/README.md.
 set -euo pipefail
 
@@ -34,6 +36,12 @@ CONFIG="$RUN_DIR/config.xml"
 # Empty: no TLS port and no password user.
 CLICKHOUSE_TLS_PORT="${CLICKHOUSE_TLS_PORT:-}"
 CLICKHOUSE_SECURE_DIR="${CLICKHOUSE_SECURE_DIR:-$RUN_DIR/secure}"
+# A directory of extra config files (e.g. a cluster member's remote_servers,
+# zookeeper and macros, from clickhouse-cluster.sh), copied into config.d.
+CLICKHOUSE_CONFIG_D="${CLICKHOUSE_CONFIG_D:-}"
+# 1: start keeps the data of an earlier run in the run directory (a server
+# brought back after a crash); otherwise start begins empty.
+CLICKHOUSE_KEEP_DATA="${CLICKHOUSE_KEEP_DATA:-}"
 
 # --- install ----------------------------------------------------------------
 
@@ -91,13 +99,21 @@ start() {
   local server
   server="$(server_bin)"
 
-  rm -rf "$RUN_DIR"
+  if [[ "$CLICKHOUSE_KEEP_DATA" == 1 && -d "$RUN_DIR/data" ]]; then
+    log "keeping the data in $RUN_DIR (CLICKHOUSE_KEEP_DATA=1)"
+  else
+    rm -rf "$RUN_DIR"
+  fi
   mkdir -p "$RUN_DIR"/{data,tmp,user_files,format_schemas,logs}
   sed -e "s|@TCP_PORT@|$CLICKHOUSE_PORT|g" \
       -e "s|@HTTP_PORT@|$CLICKHOUSE_HTTP_PORT|g" \
       -e "s|@RUN_DIR@|$RUN_DIR|g" \
       "$CONF_SRC/config.xml" >"$CONFIG"
   cp "$CONF_SRC/users.xml" "$RUN_DIR/users.xml"
+  if [[ -n "$CLICKHOUSE_CONFIG_D" ]]; then
+    mkdir -p "$RUN_DIR/config.d"
+    cp "$CLICKHOUSE_CONFIG_D"/*.xml "$RUN_DIR/config.d/" || die "no config files in CLICKHOUSE_CONFIG_D=$CLICKHOUSE_CONFIG_D"
+  fi
   if [[ -n "$CLICKHOUSE_TLS_PORT" ]]; then
     secure_setup
   fi

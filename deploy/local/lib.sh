@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for the deploy/local scripts (kafka.sh, clickhouse.sh,
+# Shared helpers for the deploy/local scripts (kafka.sh, clickhouse.sh, zookeeper.sh,
 # alertmanager.sh, promtool.sh). Sourced, never run:
 #
 #   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -34,7 +34,7 @@ FROM
       AND first_time >= now() - INTERVAL 7 DAY
       AND row_count > 0
     GROUP BY pool, collective, bucket
-)
+) AS l
 ANY LEFT JOIN
 (
     SELECT
@@ -47,5 +47,5 @@ ANY LEFT JOIN
       AND row_count > 0
       AND verdict = 'ok'
     GROUP BY pool, collective
-) USING (pool, collective)
+) AS r USING (pool, collective)
 ORDER BY pool, collective, bucket

@@ -39,8 +39,8 @@ FROM
         WHERE time > now() - INTERVAL 7 DAY
         GROUP BY cluster, namespace, job
         HAVING count(duration_s) > 0
-    )
-    ANY INNER JOIN
+    ) AS l
+    ALL INNER JOIN
     (
         SELECT
             cluster,
@@ -51,10 +51,10 @@ FROM
         WHERE time > now() - INTERVAL 7 DAY
         GROUP BY cluster, namespace, job
         HAVING count() > 1
-    ) USING (cluster, namespace, job)
-)
+    ) AS r USING (cluster, namespace, job)
+) AS l
 ANY LEFT JOIN
 (
     SELECT cluster, namespace, job, verdict FROM ncclwatch.job_verdicts
-) USING (cluster, namespace, job)
+) AS r USING (cluster, namespace, job)
 ORDER BY checkpoint_share DESC, job

@@ -36,7 +36,7 @@ FROM
         SELECT cluster, namespace, job, network, nnodes, nranks, first_seen, last_seen
         FROM ncclwatch.job_verdicts
         WHERE verdict = 'socket_fallback'
-    )
+    ) AS l
     ANY LEFT JOIN
     (
         SELECT
@@ -48,7 +48,7 @@ FROM
             max(toUInt32(time)) AS step_last
         FROM ncclwatch.training_steps FINAL
         GROUP BY cluster, namespace, job
-    ) USING (cluster, namespace, job)
+    ) AS r USING (cluster, namespace, job)
 )
 WHERE span_end >= toUInt32(now() - INTERVAL 1 DAY)
 ORDER BY gpu_hours DESC, cluster, namespace, job

@@ -40,8 +40,8 @@ FROM
           AND kind IN ('step', 'amend')
           AND step_time_s IS NOT NULL
           AND model != ''
-    )
-    ANY INNER JOIN
+    ) AS l
+    ALL INNER JOIN
     (
         SELECT
             cluster,
@@ -51,9 +51,9 @@ FROM
             ifNull(nranks, 0) AS job_nranks,
             ifNull(network_class, 'unknown') AS job_class
         FROM ncclwatch.job_verdicts
-    ) USING (cluster, namespace, job)
+    ) AS r USING (cluster, namespace, job)
     GROUP BY model, job_nnodes, job_nranks, job_class
-)
+) AS l
 ANY LEFT JOIN
 (
     SELECT
@@ -69,8 +69,8 @@ ANY LEFT JOIN
           AND kind IN ('step', 'amend')
           AND step_time_s IS NOT NULL
           AND model != ''
-    )
-    ANY INNER JOIN
+    ) AS l
+    ALL INNER JOIN
     (
         SELECT
             cluster,
@@ -80,7 +80,7 @@ ANY LEFT JOIN
             ifNull(nranks, 0) AS job_nranks
         FROM ncclwatch.job_verdicts
         WHERE network_class = 'rdma'
-    ) USING (cluster, namespace, job)
+    ) AS r USING (cluster, namespace, job)
     GROUP BY model, job_nnodes, job_nranks
-) USING (model, job_nnodes, job_nranks)
+) AS r USING (model, job_nnodes, job_nranks)
 ORDER BY model, nnodes, nranks, median_step_time_s

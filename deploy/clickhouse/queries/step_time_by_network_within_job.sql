@@ -36,8 +36,8 @@ FROM
       AND step_time_s IS NOT NULL
       AND network != ''
     GROUP BY cluster, namespace, job, framework, network
-)
-ANY INNER JOIN
+) AS l
+ALL INNER JOIN
 (
     SELECT
         cluster,
@@ -63,5 +63,5 @@ ANY INNER JOIN
     )
     GROUP BY cluster, namespace, job, framework
     HAVING count() > 1
-) USING (cluster, namespace, job, framework)
+) AS r USING (cluster, namespace, job, framework)
 ORDER BY cluster, namespace, job, framework, first_time
