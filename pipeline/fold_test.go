@@ -119,7 +119,7 @@ func foldRunner(t *testing.T, tbl *finalTables, commit pipeline.Committer, windo
 	return pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
 		Candidate: parsers.Prefilter(true),
-		Sink: tbl, Loader: tbl, Committer: commit, Logger: zerolog.Nop(),
+		Sink:      tbl, Loader: tbl, Committer: commit, Logger: zerolog.Nop(),
 		Now: func() time.Time { return time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC) }})
 }
 
@@ -237,7 +237,7 @@ func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
 		Candidate: parsers.Prefilter(true),
-		Sink: tbl, Committer: commits, Logger: zerolog.Nop(), Now: func() time.Time { return now }})
+		Sink:      tbl, Committer: commits, Logger: zerolog.Nop(), Now: func() time.Time { return now }})
 	step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
 	vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
 		fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
