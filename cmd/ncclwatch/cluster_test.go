@@ -211,34 +211,13 @@ func TestIntegrationCluster(t *testing.T) {
 	// Two instances in one group, each with every server in its list,
 	// starting with a different one (the driver takes the first that
 	// answers): instance 1 talks to server 1, instance 2 to server 2.
-	instance := func(i int, order []string) (config, addr string) {
+	instance := func(i int, order []string) (string, string) {
 		idir := filepath.Join(dir, fmt.Sprintf("instance-%d", i))
 		if err := os.MkdirAll(idir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		port := freePort(t)
-		config = filepath.Join(idir, "ncclwatch.yaml")
-		yaml := fmt.Sprintf(`kafka:
-  brokers: [%q]
-  topics: [%q]
-  group_id: %q
-  max_wait: 100ms
-  heartbeat_interval: 500ms
-  session_timeout: 6s
-  rebalance_timeout: 10s
-clickhouse:
-  addr: [%s]
-  database: %s
-  cluster: %s
-  dial_timeout: 2s
-http:
-  listen: 127.0.0.1:%d
-migrate: false
-`, brokers[0], scaled.topic, scaled.group, `"`+strings.Join(order, `", "`)+`"`, scaled.db, clusterName, port) + pipelineYAML
-		if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return config, fmt.Sprintf("127.0.0.1:%d", port)
+		return writeRunConfigWith(t, scaled, idir, fmt.Sprintf("clickhouse:\n  addr: [%s]\n  database: %s\n  cluster: %s\n  dial_timeout: 2s\n",
+			`"`+strings.Join(order, `", "`)+`"`, scaled.db, clusterName), "migrate: false\n"+pipelineYAML)
 	}
 	cfg1, addr1 := instance(1, []string{servers[0], servers[2], servers[1]})
 	cfg2, addr2 := instance(2, []string{servers[1], servers[2], servers[0]})

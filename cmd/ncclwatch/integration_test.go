@@ -608,6 +608,14 @@ func (p *process) dump() string {
 // with pipelineYAML appended, and returns its path and the HTTP address.
 func writeRunConfig(t *testing.T, e *itEnv, dir, chAddr, pipelineYAML string) (config, addr string) {
 	t.Helper()
+	return writeRunConfigWith(t, e, dir, fmt.Sprintf("clickhouse:\n  addr: [%q]\n  database: %s\n", chAddr, e.db),
+		"migrate: true\n"+pipelineYAML)
+}
+
+// writeRunConfigWith is writeRunConfig with the clickhouse section and the
+// rest of the file (after kafka and http) given.
+func writeRunConfigWith(t *testing.T, e *itEnv, dir, clickhouseYAML, restYAML string) (config, addr string) {
+	t.Helper()
 	port := freePort(t)
 	config = filepath.Join(dir, "ncclwatch.yaml")
 	yaml := fmt.Sprintf(`kafka:
@@ -618,13 +626,9 @@ func writeRunConfig(t *testing.T, e *itEnv, dir, chAddr, pipelineYAML string) (c
   heartbeat_interval: 500ms
   session_timeout: 6s
   rebalance_timeout: 10s
-clickhouse:
-  addr: [%q]
-  database: %s
 http:
   listen: 127.0.0.1:%d
-migrate: true
-`, e.brokers[0], e.topic, e.group, chAddr, e.db, port) + pipelineYAML
+`, e.brokers[0], e.topic, e.group, port) + clickhouseYAML + restYAML
 	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -57,41 +57,12 @@ KAFKA_SCRAM_USERS=(ncclwatch nogroup)
 # --- jars -------------------------------------------------------------------
 
 fetch() {
-  if [[ -f "$LIB_DIR/.complete" ]]; then
-    return 0
-  fi
-  command -v mvn >/dev/null || die "mvn not found on PATH (needed once to fetch Kafka $KAFKA_VERSION jars)"
-  log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $LIB_DIR"
-  local partial="$LIB_DIR.partial.$$"
-  rm -rf "$partial"
-  mkdir -p "$partial"
-  local mvn_log="$partial.mvn.log"
-  if ! mvn -B -Dstyle.color=never -f "$CONF_SRC/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$partial" \
-      </dev/null >"$mvn_log" 2>&1; then
-    tail -n 30 "$mvn_log" >&2 || true
-    rm -rf "$partial" "$mvn_log"
-    die "mvn could not resolve org.apache.kafka:kafka_2.13:$KAFKA_VERSION"
-  fi
-  rm -f "$mvn_log"
-  [[ -f "$partial/kafka_2.13-$KAFKA_VERSION.jar" ]] || { rm -rf "$partial"; die "kafka_2.13-$KAFKA_VERSION.jar missing after mvn"; }
-  touch "$partial/.complete"
-  rm -rf "$LIB_DIR"
-  mv "$partial" "$LIB_DIR"
-}
-
-java_bin() {
-  if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
-    printf '%s\n' "$JAVA_HOME/bin/java"
-  else
-    command -v java >/dev/null || die "java not found on PATH (Kafka $KAFKA_VERSION needs Java 17+)"
-    command -v java
-  fi
+  mvn_fetch "Kafka $KAFKA_VERSION" "$CONF_SRC/pom.xml" "$LIB_DIR" "kafka_2.13-$KAFKA_VERSION.jar" "kafka.version=$KAFKA_VERSION"
 }
 
 # JVM command line for a Kafka command-line tool (short-lived, tuned for startup speed).
 tool_java() {
-  TOOL_JAVA=("$(java_bin)" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto
+  TOOL_JAVA=("$(java_bin "Kafka $KAFKA_VERSION, Java 17+")" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto
     -Djava.awt.headless=true
     -Dlog4j2.configurationFile="$CONF_SRC/tools-log4j2.properties"
     -cp "$LIB_DIR/*")
@@ -143,7 +114,7 @@ start() {
 
   fetch
   local java
-  java="$(java_bin)"
+  java="$(java_bin "Kafka $KAFKA_VERSION, Java 17+")"
 
   if [[ -f "$KEPT" && -f "$DATA_DIR/meta.properties" && -f "$PROPS" ]]; then
     restart_kept "$java"

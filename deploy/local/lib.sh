@@ -22,6 +22,10 @@
 #                                     signed by it (DIR/server.pem, key in
 #                                     DIR/server.key, both in DIR/server-keystore.pem)
 #   make_secret FILE                  a random password in FILE (mode 0600)
+#   mvn_fetch WHAT POM DIR JAR PROP=V...  jars of POM's dependencies from Maven
+#                                     Central into DIR (complete once
+#                                     DIR/.complete exists; JAR must be among them)
+#   java_bin WHAT                     $JAVA_HOME/bin/java, else java on PATH
 #
 # Server lifecycle, for a server started in the background whose pid is in a
 # pid file. The sourcing script sets PID_FILE (the pid file) and RUN_DIR
@@ -314,4 +318,46 @@ make_tls() {
 # make_secret FILE: a random 24-character password, readable by the owner only.
 make_secret() {
   (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n' >"$1")
+}
+
+# mvn_fetch WHAT POM DIR JAR PROP=VALUE...: copy the runtime dependencies of
+# POM (a pom that only lists them) into DIR with mvn, once: DIR is complete
+# when DIR/.complete exists, and is filled in a temporary directory beside it
+# first, so an interrupted fetch leaves no half cache. JAR must be among the
+# jars; WHAT names them in messages; each PROP=VALUE is passed as -DPROP=VALUE.
+mvn_fetch() {
+  local what="$1" pom="$2" dir="$3" jar="$4"
+  shift 4
+  if [[ -f "$dir/.complete" ]]; then
+    return 0
+  fi
+  command -v mvn >/dev/null || die "mvn not found on PATH (needed once to fetch the $what jars)"
+  log "fetching $what jars from Maven Central into $dir"
+  local partial="$dir.partial.$$" props=() p
+  for p in "$@"; do props+=("-D$p"); done
+  rm -rf "$partial"
+  mkdir -p "$partial"
+  local mvn_log="$partial.mvn.log"
+  if ! mvn -B -Dstyle.color=never -f "$pom" "${props[@]}" \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$partial" \
+      </dev/null >"$mvn_log" 2>&1; then
+    tail -n 30 "$mvn_log" >&2 || true
+    rm -rf "$partial" "$mvn_log"
+    die "mvn could not resolve the $what jars ($pom)"
+  fi
+  rm -f "$mvn_log"
+  [[ -f "$partial/$jar" ]] || { rm -rf "$partial"; die "$jar missing after mvn"; }
+  touch "$partial/.complete"
+  rm -rf "$dir"
+  mv "$partial" "$dir"
+}
+
+# java_bin WHAT: the java to run WHAT with: $JAVA_HOME/bin/java, else java on PATH.
+java_bin() {
+  if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
+    printf '%s\n' "$JAVA_HOME/bin/java"
+  else
+    command -v java >/dev/null || die "java not found on PATH (needed for $1)"
+    command -v java
+  fi
 }

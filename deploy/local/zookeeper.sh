@@ -32,36 +32,7 @@ CONFIG="$RUN_DIR/zoo.cfg"
 LOG_DIR="$RUN_DIR/logs"
 
 fetch() {
-  if [[ -f "$LIB_DIR/.complete" ]]; then
-    return 0
-  fi
-  command -v mvn >/dev/null || die "mvn not found on PATH (needed once to fetch ZooKeeper $ZOOKEEPER_VERSION jars)"
-  log "fetching ZooKeeper $ZOOKEEPER_VERSION jars from Maven Central into $LIB_DIR"
-  local partial="$LIB_DIR.partial.$$"
-  rm -rf "$partial"
-  mkdir -p "$partial"
-  local mvn_log="$partial.mvn.log"
-  if ! mvn -B -Dstyle.color=never -f "$CONF_SRC/pom.xml" -Dzookeeper.version="$ZOOKEEPER_VERSION" \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$partial" \
-      </dev/null >"$mvn_log" 2>&1; then
-    tail -n 30 "$mvn_log" >&2 || true
-    rm -rf "$partial" "$mvn_log"
-    die "mvn could not resolve org.apache.zookeeper:zookeeper:$ZOOKEEPER_VERSION"
-  fi
-  rm -f "$mvn_log"
-  [[ -f "$partial/zookeeper-$ZOOKEEPER_VERSION.jar" ]] || { rm -rf "$partial"; die "zookeeper-$ZOOKEEPER_VERSION.jar missing after mvn"; }
-  touch "$partial/.complete"
-  rm -rf "$LIB_DIR"
-  mv "$partial" "$LIB_DIR"
-}
-
-java_bin() {
-  if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
-    printf '%s\n' "$JAVA_HOME/bin/java"
-  else
-    command -v java >/dev/null || die "java not found on PATH (ZooKeeper $ZOOKEEPER_VERSION needs Java 11+)"
-    command -v java
-  fi
+  mvn_fetch "ZooKeeper $ZOOKEEPER_VERSION" "$CONF_SRC/pom.xml" "$LIB_DIR" "zookeeper-$ZOOKEEPER_VERSION.jar" "zookeeper.version=$ZOOKEEPER_VERSION"
 }
 
 is_running() {
@@ -90,7 +61,7 @@ start() {
   require_port_free "$ZOOKEEPER_PORT"
   fetch
   local java
-  java="$(java_bin)"
+  java="$(java_bin "ZooKeeper $ZOOKEEPER_VERSION, Java 11+")"
   rm -rf "$RUN_DIR"
   mkdir -p "$RUN_DIR/data" "$LOG_DIR"
   sed -e "s|@PORT@|$ZOOKEEPER_PORT|g" -e "s|@DATA_DIR@|$RUN_DIR/data|g" "$CONF_SRC/zoo.cfg" >"$CONFIG"
