@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
@@ -92,15 +94,68 @@ func runChDB(t *testing.T, py string, stmts []chdbStmt) []chdbResult {
 }
 
 // recordingBatch keeps the values a table's append function passes, in
-// the place of the driver's batch; only Append is used.
+// the place of the driver's batch: rows (Append) or whole columns
+// (Column(i).Append of a slice, the columnar path); the other methods are
+// not used.
 type recordingBatch struct {
 	driver.Batch
-	rows [][]any
+	ncols int
+	rows  [][]any
+	cols  map[int][]any
 }
 
 func (r *recordingBatch) Append(v ...any) error {
 	r.rows = append(r.rows, slices.Clone(v))
 	return nil
+}
+
+func (r *recordingBatch) Columns() []column.Interface { return make([]column.Interface, r.ncols) }
+
+func (r *recordingBatch) Column(i int) driver.BatchColumn { return recordingColumn{r, i} }
+
+type recordingColumn struct {
+	r *recordingBatch
+	i int
+}
+
+func (c recordingColumn) Append(v any) error {
+	s := reflect.ValueOf(v)
+	if s.Kind() != reflect.Slice {
+		return fmt.Errorf("column %d: Append(%T), want a slice", c.i, v)
+	}
+	if c.r.cols == nil {
+		c.r.cols = map[int][]any{}
+	}
+	for j := range s.Len() {
+		c.r.cols[c.i] = append(c.r.cols[c.i], s.Index(j).Interface())
+	}
+	return nil
+}
+
+func (c recordingColumn) AppendRow(v any) error {
+	return fmt.Errorf("column %d: AppendRow not recorded", c.i)
+}
+
+// recorded returns the rows appended, column-wise appends turned into rows.
+func (r *recordingBatch) recorded() ([][]any, error) {
+	if len(r.cols) == 0 {
+		return r.rows, nil
+	}
+	if len(r.rows) > 0 || len(r.cols) != r.ncols {
+		return nil, fmt.Errorf("%d rows and %d of %d columns appended: mixed or incomplete", len(r.rows), len(r.cols), r.ncols)
+	}
+	n := len(r.cols[0])
+	rows := make([][]any, n)
+	for j := range rows {
+		rows[j] = make([]any, r.ncols)
+		for i := range r.ncols {
+			if len(r.cols[i]) != n {
+				return nil, fmt.Errorf("column %d has %d values, column 0 %d", i, len(r.cols[i]), n)
+			}
+			rows[j][i] = r.cols[i][j]
+		}
+	}
+	return rows, nil
 }
 
 // insertStmts returns the sink's inserts of b into db, as SQL: the
@@ -116,8 +171,12 @@ func insertStmts(t *testing.T, tables []table, b *pipeline.Batch, db string, f f
 		if tb.rows(b) == 0 {
 			continue
 		}
-		rec := &recordingBatch{}
+		rec := &recordingBatch{ncols: len(tb.columns)}
 		if err := tb.append(rec, b, &cfg); err != nil {
+			t.Fatalf("%s append: %v", tb.name, err)
+		}
+		recorded, err := rec.recorded()
+		if err != nil {
 			t.Fatalf("%s append: %v", tb.name, err)
 		}
 		var sql strings.Builder
@@ -126,7 +185,7 @@ func insertStmts(t *testing.T, tables []table, b *pipeline.Batch, db string, f f
 			sql.WriteString(" SETTINGS insert_deduplication_token = " + sqlLiteral(tb.token(b)))
 		}
 		sql.WriteString(" VALUES")
-		for j, row := range rec.rows {
+		for j, row := range recorded {
 			if len(row) != len(tb.columns) {
 				t.Fatalf("%s: append passes %d values for %d columns", tb.name, len(row), len(tb.columns))
 			}
