@@ -417,5 +417,33 @@ func (b *batchRecorder) Messages(ctx context.Context, ms []Message) error {
 	return nil
 }
 
-// TestBatchHandler consumes through a BatchHandler (the run loop's way).
-func TestBatchHandler(t *testing.T) { testConsumeAllWith(t, newFake(t), true) }
+// TestBatchHandler checks that a BatchHandler gets every record once, in
+// runs of consecutive records of one partition, the runs no longer than
+// the queue and some longer than one.
+func TestBatchHandler(t *testing.T) {
+	const n = 3000
+	brokers := newFake(t)
+	topic := newTopic(t, brokers, 3)
+	produce(t, brokers, topic, 0, n)
+	cfg := testConfig(brokers, topic, uniq("group"))
+	cfg.QueueCapacity = 100
+	b := &batchRecorder{recorder: &recorder{t: t}}
+	stop := run(t, mustSource(t, cfg), b)
+	waitFor(t, waitLong, "all messages", func() bool { return len(b.messages()) >= n })
+	time.Sleep(waitQuiet)
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	msgs := b.messages()
+	if len(msgs) != n {
+		t.Errorf("%d messages; want %d", len(msgs), n)
+	}
+	checkContiguous(t, "batch handler", msgs, nil)
+	checkKeyOrder(t, msgs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	longest := slices.Max(b.runs)
+	if longest > cfg.QueueCapacity || longest < 2 {
+		t.Errorf("longest run = %d; want 2..%d (the queue capacity)", longest, cfg.QueueCapacity)
+	}
+}
