@@ -8,7 +8,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -392,58 +391,5 @@ func TestGoroutinesExit(t *testing.T) {
 			t.Fatalf("%d goroutines after Run returned; %d before:\n%s", runtime.NumGoroutine(), before, buf.String())
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// batchRecorder is a recorder that takes runs of messages (BatchHandler).
-type batchRecorder struct {
-	*recorder
-	mu   sync.Mutex
-	runs []int
-}
-
-func (b *batchRecorder) Messages(ctx context.Context, ms []Message) error {
-	for i, m := range ms {
-		if m.Partition != ms[0].Partition || m.Offset != ms[0].Offset+int64(i) {
-			b.t.Errorf("run %v: %s/%d@%d is not the next record of the run's partition", i, m.Topic, m.Partition, m.Offset)
-		}
-		if err := b.recorder.Message(ctx, m); err != nil {
-			return err
-		}
-	}
-	b.mu.Lock()
-	b.runs = append(b.runs, len(ms))
-	b.mu.Unlock()
-	return nil
-}
-
-// TestBatchHandler checks that a BatchHandler gets every record once, in
-// runs of consecutive records of one partition, the runs no longer than
-// the queue and some longer than one.
-func TestBatchHandler(t *testing.T) {
-	const n = 3000
-	brokers := newFake(t)
-	topic := newTopic(t, brokers, 3)
-	produce(t, brokers, topic, 0, n)
-	cfg := testConfig(brokers, topic, uniq("group"))
-	cfg.QueueCapacity = 100
-	b := &batchRecorder{recorder: &recorder{t: t}}
-	stop := run(t, mustSource(t, cfg), b)
-	waitFor(t, waitLong, "all messages", func() bool { return len(b.messages()) >= n })
-	time.Sleep(waitQuiet)
-	if err := stop(); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	msgs := b.messages()
-	if len(msgs) != n {
-		t.Errorf("%d messages; want %d", len(msgs), n)
-	}
-	checkContiguous(t, "batch handler", msgs, nil)
-	checkKeyOrder(t, msgs)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	longest := slices.Max(b.runs)
-	if longest > cfg.QueueCapacity || longest < 2 {
-		t.Errorf("longest run = %d; want 2..%d (the queue capacity)", longest, cfg.QueueCapacity)
 	}
 }
