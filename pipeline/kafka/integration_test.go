@@ -16,8 +16,6 @@ import (
 
 func TestIntegrationConsumeAll(t *testing.T) { testConsumeAll(t, realBrokers(t)) }
 
-func TestIntegrationBatchHandler(t *testing.T) { testConsumeAllWith(t, realBrokers(t), true) }
-
 func TestIntegrationResumeAfterCommit(t *testing.T) { testResume(t, realBrokers(t)) }
 
 func TestIntegrationRebalance(t *testing.T) { testRebalance(t, realBrokers(t)) }

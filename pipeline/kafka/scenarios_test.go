@@ -18,27 +18,14 @@ import (
 // testConsumeAll produces n keyed messages to a 3-partition topic and
 // consumes them with one group member: every message arrives exactly once,
 // in order within its partition, between Assigned and Revoked.
-func testConsumeAll(t *testing.T, brokers []string) { testConsumeAllWith(t, brokers, false) }
-
-// testConsumeAllWith is testConsumeAll, with batch through a BatchHandler
-// that also checks its runs: consecutive records of one partition, none
-// longer than the queue, some longer than one.
-func testConsumeAllWith(t *testing.T, brokers []string, batch bool) {
+func testConsumeAll(t *testing.T, brokers []string) {
 	const n = 300
 	topic := newTopic(t, brokers, 3)
 	produce(t, brokers, topic, 0, n)
 
-	cfg := testConfig(brokers, topic, uniq("group"))
+	src := mustSource(t, testConfig(brokers, topic, uniq("group")))
 	r := &recorder{t: t}
-	var h Handler = r
-	var b *batchRecorder
-	if batch {
-		cfg.QueueCapacity = 50
-		b = &batchRecorder{recorder: r}
-		h = b
-	}
-	src := mustSource(t, cfg)
-	stop := run(t, src, h)
+	stop := run(t, src, r)
 	waitFor(t, waitLong, "all messages", func() bool { return len(r.messages()) >= n })
 	time.Sleep(waitQuiet) // a duplicate would show up now
 	lag := src.Lag()
@@ -63,13 +50,6 @@ func testConsumeAllWith(t *testing.T, brokers []string, batch bool) {
 	}
 	if got := src.Lag(); len(got) != 0 {
 		t.Errorf("Lag() after Run = %v; want empty", got)
-	}
-	if b != nil {
-		b.mu.Lock()
-		if longest := slices.Max(b.runs); longest > cfg.QueueCapacity || longest < 2 {
-			t.Errorf("longest run = %d; want 2..%d (the queue capacity)", longest, cfg.QueueCapacity)
-		}
-		b.mu.Unlock()
 	}
 	if got, want := r.eventLog(), []string{"assigned", "message", "revoked"}; !slices.Equal(got, want) {
 		t.Errorf("events = %v; want %v", got, want)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -32,6 +31,10 @@ var (
 )
 
 const (
+	// prefetch is how many messages each partition reader fetches ahead of
+	// the shared queue. It keeps a partition busy between fetches; the
+	// bound on memory is QueueCapacity + prefetch per assigned partition.
+	prefetch = 32
 	// joinBackoff is the pause after a failed group join. Joining is cheap,
 	// and a fresh broker's coordinator answers within a second or two.
 	joinBackoff = time.Second
@@ -108,16 +111,6 @@ type Handler interface {
 	Revoked(ctx context.Context, parts []Partition)
 }
 
-// BatchHandler is implemented by a Handler that takes the records of one
-// partition a run at a time (up to a few hundred consecutive ones, as they
-// were fetched): Run then calls Messages instead of Message, with the same
-// ordering and the same error and context rules. The slice and its
-// records are the handler's to keep.
-type BatchHandler interface {
-	Handler
-	Messages(ctx context.Context, ms []Message) error
-}
-
 // RetryObserver is implemented by a Handler that wants to hear of the
 // errors Run retries by itself: a group join that failed, a broker that
 // cannot be reached. Run calls Retrying from the same goroutine as the
@@ -137,16 +130,13 @@ type Source struct {
 	start  int64 // kafka.FirstOffset or kafka.LastOffset
 
 	mu      sync.Mutex
-	gen     *generation // the current generation; nil between generations
-	queue   chan chunk  // the current generation's queue; nil between them
+	gen     *generation  // the current generation; nil between generations
+	queue   chan Message // the current generation's queue; nil between them
 	lag     map[TopicPartition]int64
 	running bool
 	closed  bool
 	cancel  context.CancelFunc // stops the running Run
 	done    chan struct{}      // closed when the running Run returns
-	// queued counts the messages in queue (updated after a send and a
-	// receive, so it may be off by a chunk for a moment).
-	queued atomic.Int64
 }
 
 // generation is one assignment of partitions to this member.
@@ -311,20 +301,15 @@ func (s *Source) consume(ctx context.Context, cg *kafka.ConsumerGroup, kg *kafka
 			err = fmt.Errorf("kafka assigned: %w", err)
 		}
 	} else {
-		// The queue's bound is QueueCapacity messages: chunks of size
-		// messages, capacity/size of them.
-		size := min(chunkMax, s.cfg.QueueCapacity)
-		q := make(chan chunk, max(s.cfg.QueueCapacity/size, 1))
-		s.queued.Store(0)
+		q := make(chan Message, s.cfg.QueueCapacity)
 		s.mu.Lock()
 		s.queue = q
 		s.mu.Unlock()
 		for _, p := range parts {
 			readers.Add(1)
-			f := &fetcher{s: s, p: p, q: q, fatal: fatal, warn: warn, size: size}
 			go func() {
 				defer readers.Done()
-				f.run(gctx)
+				s.read(gctx, p, q, fatal, warn)
 			}()
 		}
 		err = s.deliver(gctx, q, fatal, warn, h, obs)
@@ -360,8 +345,7 @@ func (s *Source) consume(ctx context.Context, cg *kafka.ConsumerGroup, kg *kafka
 
 // deliver passes queued messages to the handler until the generation ends
 // or something fails.
-func (s *Source) deliver(ctx context.Context, q <-chan chunk, fatal, warn <-chan error, h Handler, obs RetryObserver) error {
-	bh, _ := h.(BatchHandler)
+func (s *Source) deliver(ctx context.Context, q <-chan Message, fatal, warn <-chan error, h Handler, obs RetryObserver) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -372,40 +356,79 @@ func (s *Source) deliver(ctx context.Context, q <-chan chunk, fatal, warn <-chan
 			if obs != nil {
 				obs.Retrying(err)
 			}
-		case c := <-q:
-			s.queued.Add(-int64(len(c.msgs)))
+		case m := <-q:
 			// select picks at random among ready cases; a generation that
 			// ended must not deliver one more message.
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.observe(c.msgs[len(c.msgs)-1])
-			if bh != nil {
-				if err := bh.Messages(ctx, c.msgs); err != nil {
-					return deliveryError(ctx, c.msgs[0], err)
-				}
-				continue
-			}
-			for _, m := range c.msgs {
-				if err := h.Message(ctx, m); err != nil {
-					return deliveryError(ctx, m, err)
-				}
-				if ctx.Err() != nil {
+			s.observe(m)
+			if err := h.Message(ctx, m); err != nil {
+				if ctx.Err() != nil && isContextErr(err) {
 					return nil
 				}
+				return fmt.Errorf("kafka message %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 			}
 		}
 	}
 }
 
-// deliveryError is Run's error for a handler that failed on m (or on the
-// run of messages starting with m): nil when the generation ended under
-// it.
-func deliveryError(ctx context.Context, m Message, err error) error {
-	if ctx.Err() != nil && isContextErr(err) {
-		return nil
+// read fetches one partition into q until ctx is done. The reader's own
+// retries cover broker restarts and leader moves; errors that retrying
+// will not fix go to fatal (once), the others to warn (dropped when full:
+// the reader reports them again).
+func (s *Source) read(ctx context.Context, p Partition, q chan<- Message, fatal, warn chan<- error) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:       s.cfg.Brokers,
+		Topic:         p.Topic,
+		Partition:     int(p.Partition),
+		Dialer:        s.dialer,
+		QueueCapacity: prefetch,
+		MinBytes:      s.cfg.MinBytes,
+		MaxBytes:      s.cfg.MaxBytes,
+		MaxWait:       s.cfg.MaxWait,
+	})
+	defer r.Close()
+	off := p.CommittedOffset
+	if off < 0 {
+		off = s.start
 	}
-	return fmt.Errorf("kafka message %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+	if err := r.SetOffset(off); err != nil {
+		fatal <- fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
+		return
+	}
+	for {
+		km, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			err = fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
+			if permanent(err) {
+				fatal <- err
+				return
+			}
+			select {
+			case warn <- err:
+			default:
+			}
+			continue
+		}
+		m := Message{
+			Topic:         p.Topic,
+			Partition:     p.Partition,
+			Offset:        km.Offset,
+			Key:           km.Key,
+			Value:         km.Value,
+			Time:          km.Time,
+			HighWaterMark: km.HighWaterMark,
+		}
+		select {
+		case q <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // checkTopics fails with a permanent error when a broker says that one of
@@ -552,7 +575,9 @@ func (s *Source) Lag() map[TopicPartition]int64 {
 // QueueLen returns the number of fetched messages waiting for the handler
 // and the queue's capacity, for the metrics.
 func (s *Source) QueueLen() (length, capacity int) {
-	return int(max(s.queued.Load(), 0)), s.cfg.QueueCapacity
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue), s.cfg.QueueCapacity
 }
 
 // Close stops a running Run and waits for it to return (Revoked is called,
@@ -610,10 +635,7 @@ var ErrLoopStopped = errors.New("run loop stopped")
 
 // Emit runs the source (see Run) as the run loop's source: its
 // assignments, records and revocations go to out, in order, as
-// pipeline.Inputs, and Emit closes out when it returns. Records travel in
-// runs of one partition as they were fetched (Input.Messages, up to a few
-// hundred each), so out needs little capacity of its own: the source
-// already queues Config.QueueCapacity records. An assignment and a
+// pipeline.Inputs, and Emit closes out when it returns. An assignment and a
 // revocation wait for the loop's answer (a revocation at most until its
 // deadline); stopped is the loop's Stopped channel, after which Emit stops
 // sending and returns. retrying, if set, hears of errors the source retries
@@ -670,21 +692,6 @@ func (e *emitter) Message(ctx context.Context, m Message) error {
 		Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time, HighWaterMark: m.HighWaterMark}}
 	select {
 	case e.out <- in:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.stopped:
-		return ErrLoopStopped
-	}
-}
-
-func (e *emitter) Messages(ctx context.Context, ms []Message) error {
-	pm := make([]pipeline.Message, len(ms))
-	for i, m := range ms {
-		pm[i] = pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}
-	}
-	select {
-	case e.out <- pipeline.Input{Kind: pipeline.InputMessage, Messages: pm}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
