@@ -681,7 +681,8 @@ func (e *emitter) Message(ctx context.Context, m Message) error {
 func (e *emitter) Messages(ctx context.Context, ms []Message) error {
 	pm := make([]pipeline.Message, len(ms))
 	for i, m := range ms {
-		pm[i] = pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}
+		pm[i] = pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time,
+			HighWaterMark: m.HighWaterMark}
 	}
 	select {
 	case e.out <- pipeline.Input{Kind: pipeline.InputMessage, Messages: pm}:
