@@ -332,10 +332,10 @@ type TelemetryAssemblerConfig struct {
 	// first line of a row whose window is still open, so a restart replays
 	// at most this many records of a partition. It also bounds how long
 	// an nccl-tests run that is still open holds the commit at its first
-	// line (see Hold). 4096: the ranks of a job
-	// print a step within a few hundred records of one another even in a
-	// partition shared by many pods, and replaying 4096 records costs
-	// milliseconds.
+	// line (see Hold). 1024: the ranks of a job print a step within a few
+	// hundred records of one another even in a partition shared by many
+	// pods (a window boundary between them splits the step into two rows,
+	// one time in a few), and replaying 1024 records costs milliseconds.
 	FoldRecords int64 `yaml:"fold_records"`
 }
 
@@ -358,7 +358,7 @@ func DefaultTelemetryAssemblerConfig() TelemetryAssemblerConfig {
 		PoolLabels:     []string{LabelPool},
 		ModelLabels:    []string{LabelModel},
 		CanaryLabel:    LabelCanary,
-		FoldRecords:    4096,
+		FoldRecords:    1024,
 	}
 }
 

@@ -42,7 +42,7 @@ import (
 
 const (
 	itPoll = 100 * time.Millisecond
-	itWait = 60 * time.Second
+	itWait = 3 * time.Minute
 	corpus = "../../testdata/corpus/"
 )
 
@@ -911,9 +911,14 @@ func TestIntegrationClickHouseDown(t *testing.T) {
 		t.Errorf("no warning logged for the outage:\n%s", log)
 	}
 	all := produced[0] + produced[1] + produced[2]
-	if offs := committed(t, e); sum(offs) != all {
-		t.Errorf("committed offsets after the resume = %v (sum %d); want every record (%d)", offs, sum(offs), all)
-	}
+	// A commit held back by an open training_steps row or nccl-tests run
+	// reaches the end once the partition was quiet for pipeline.fold_idle.
+	eventually(t, "every record committed after the resume", func() string {
+		if offs := committed(t, e); sum(offs) != all {
+			return fmt.Sprintf("committed offsets = %v (sum %d); want every record (%d)", offs, sum(offs), all)
+		}
+		return ""
+	}, svc.dump)
 }
 
 // TestIntegrationPoisonRecords mixes invalid JSON and oversized records
@@ -1072,8 +1077,9 @@ func TestIntegrationRebalance(t *testing.T) {
 	}
 
 	a := startService(t, "member-a", e.config(t))
+	var firstRecords int64
 	for _, h := range halves {
-		e.replayFile(t, h.job, h.first)
+		firstRecords += e.replayFile(t, h.job, h.first)
 	}
 	// Wait until the first halves are stored, so that the member that
 	// takes partitions over must rebuild their jobs from storage.
@@ -1087,6 +1093,12 @@ func TestIntegrationRebalance(t *testing.T) {
 			if got[job].Version != w.Version {
 				d = append(d, fmt.Sprintf("%s: version %d; want %d", job, got[job].Version, w.Version))
 			}
+		}
+		// And committed: a commit held back by an open nccl-tests run or
+		// training row is released once a partition was read to its end
+		// and stayed quiet for pipeline.fold_idle.
+		if c := sum(committed(t, e)); c != firstRecords {
+			d = append(d, fmt.Sprintf("committed %d of %d records", c, firstRecords))
 		}
 		return strings.Join(d, "\n")
 	}, a.dump)
@@ -1202,6 +1214,7 @@ func TestIntegrationSIGTERM(t *testing.T) {
     max_rows: 1000000
     max_wait: 1m
   shutdown_timeout: 15s
+  fold_idle: 10m
 `)
 	p := startProcess(t, bin, config, filepath.Join(dir, "run.log"), addr)
 
@@ -1238,7 +1251,21 @@ func TestIntegrationSIGTERM(t *testing.T) {
 	if g, ok := got["sigterm-job"]; !ok || g.Verdict != w.Verdict || g.Version != w.Version {
 		t.Errorf("after SIGTERM job_verdicts has %+v (present %v); want verdict %s version %d", g, ok, w.Verdict, w.Version)
 	}
-	if c := sum(committed(t, e)); c != n {
-		t.Errorf("committed offsets cover %d records after SIGTERM; want all %d", c, n)
+	// Everything is stored, and committed up to the first line of the
+	// log's nccl-tests run (its command line), a run that never printed a
+	// row and may still get them: a restart replays it from there so that
+	// its rows keep its header (README, Delivery under faults).
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := int64(slices.IndexFunc(strings.Split(string(b), "\n"), func(l string) bool {
+		return strings.Contains(l, "nccl-tests/build/all_reduce_perf")
+	}))
+	if hold < 0 {
+		t.Fatal("no nccl-tests command line in the input")
+	}
+	if c := sum(committed(t, e)); c != hold {
+		t.Errorf("committed offsets cover %d records after SIGTERM; want %d (all before the open nccl-tests run) of %d", c, hold, n)
 	}
 }
