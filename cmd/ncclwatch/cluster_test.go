@@ -105,6 +105,20 @@ func queryStrings(t *testing.T, ch *sinks.ClickHouse, sql string) []string {
 
 func TestIntegrationCluster(t *testing.T) {
 	servers, clusterName := clusterServers(t)
+	// Each failure's first line again at the end, where a CI log's tail
+	// shows it (the full messages, with their diffs, are above).
+	var failures []string
+	errorf := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		failures = append(failures, strings.SplitN(msg, "\n", 2)[0])
+		t.Error(msg)
+	}
+	defer func() {
+		if len(failures) > 0 {
+			t.Logf("%d failures:\n\t%s", len(failures), strings.Join(failures, "\n\t"))
+		}
+	}()
 	brokers, single := itServers(t)
 	if len(servers) < 3 {
 		t.Fatalf("cluster of %d servers; want at least 3 (two replicas of one shard, and a second shard)", len(servers))
@@ -259,7 +273,7 @@ func TestIntegrationCluster(t *testing.T) {
 	for name, p := range map[string]*process{"instance 1": p1, "instance 2": p2} {
 		select {
 		case <-p.done:
-			t.Errorf("%s exited by itself\n%s", name, p.dump())
+			errorf("%s exited by itself\n%s", name, p.dump())
 		default:
 		}
 	}
@@ -283,21 +297,26 @@ func TestIntegrationCluster(t *testing.T) {
 	pc.kill()
 
 	// Server 2 caught up with what was written while it was down: its
-	// replicas fetch from server 1 (SYSTEM SYNC REPLICA waits for its
-	// queue), and then holds exactly server 1's rows.
+	// replicas fetch from server 1, and server 1 fetches what was
+	// inserted on server 2 (a fetch that failed while server 2 was down
+	// is retried with a backoff, so the parts written on server 2 just
+	// before its kill may arrive on server 1 late). SYSTEM SYNC REPLICA
+	// waits for each replica's queue; then both hold the same rows.
 	second := connect(t, servers[1], scaled.db)
 	firstDB := connect(t, servers[0], scaled.db)
 	for _, table := range storedTables {
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		err := second.Exec(sctx, "SYSTEM SYNC REPLICA "+scaled.db+"."+table+"_local")
-		scancel()
-		if err != nil {
-			t.Fatalf("SYSTEM SYNC REPLICA %s_local on server 2: %v", table, err)
+		for i, ch := range []*sinks.ClickHouse{firstDB, second} {
+			sctx, scancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			err := ch.Exec(sctx, "SYSTEM SYNC REPLICA "+scaled.db+"."+table+"_local")
+			scancel()
+			if err != nil {
+				t.Fatalf("SYSTEM SYNC REPLICA %s_local on server %d: %v", table, i+1, err)
+			}
 		}
 		r1 := tableRows(t, firstDB, scaled.db, table+"_local")
 		r2 := tableRows(t, second, scaled.db, table+"_local")
 		if d := diffRows(r2, r1); d != "" {
-			t.Errorf("%s_local: server 2 (restarted) holds %d rows, server 1 %d:\n%s", table, len(r2), len(r1), d)
+			errorf("%s_local: server 2 (restarted) holds %d rows, server 1 %d:\n%s", table, len(r2), len(r1), d)
 		}
 	}
 
@@ -323,7 +342,7 @@ func TestIntegrationCluster(t *testing.T) {
 			slices.Sort(got)
 		}
 		if len(want) == 0 {
-			t.Errorf("%s: the control stored no rows; the input should write some", table)
+			errorf("%s: the control stored no rows; the input should write some", table)
 		}
 		d := diffRows(got, want)
 		if d != "" && table == "training_steps" {
@@ -339,7 +358,7 @@ func TestIntegrationCluster(t *testing.T) {
 			table = "training_steps (lines per job, kind and step)"
 		}
 		if d != "" {
-			t.Errorf("%s: %d rows through the cluster, %d on the single server:\n%s", table, len(got), len(want), d)
+			errorf("%s: %d rows through the cluster, %d on the single server:\n%s", table, len(got), len(want), d)
 		} else {
 			t.Logf("%s: %d rows, equal to the single server's", table, len(got))
 		}
@@ -348,7 +367,7 @@ func TestIntegrationCluster(t *testing.T) {
 	vq := "SELECT cluster, namespace, job, ifNull(network, 'NULL'), verdict, toString(ifNull(nnodes, -1)), toString(ifNull(nranks, -1)) FROM %s.job_verdicts ORDER BY cluster, namespace, job"
 	wantV, gotV := queryStrings(t, control.ch, fmt.Sprintf(vq, control.db)), queryStrings(t, scaled.ch, fmt.Sprintf(vq, scaled.db))
 	if d := diffRows(gotV, wantV); d != "" || len(gotV) < 6 {
-		t.Errorf("job_verdicts: %d rows through the cluster, %d on the single server (at least the 6 generated jobs):\n%s", len(gotV), len(wantV), d)
+		errorf("job_verdicts: %d rows through the cluster, %d on the single server (at least the 6 generated jobs):\n%s", len(gotV), len(wantV), d)
 	}
 	// Each job's rows on one shard: shard 1 (server 1) and shard 2
 	// (server 3) hold disjoint jobs, together all of them.
@@ -356,11 +375,11 @@ func TestIntegrationCluster(t *testing.T) {
 	shard1, shard2 := queryStrings(t, firstDB, jq), queryStrings(t, connect(t, servers[2], scaled.db), jq)
 	for _, j := range shard1 {
 		if slices.Contains(shard2, j) {
-			t.Errorf("job %s has job_summaries rows on both shards", j)
+			errorf("job %s has job_summaries rows on both shards", j)
 		}
 	}
 	if len(shard1)+len(shard2) != len(wantV) || len(shard1) == 0 || len(shard2) == 0 {
-		t.Errorf("jobs on shard 1: %v, on shard 2: %v; want the %d jobs split over both", shard1, shard2, len(wantV))
+		errorf("jobs on shard 1: %v, on shard 2: %v; want the %d jobs split over both", shard1, shard2, len(wantV))
 	}
 	// The cookbook, as an operator runs it, answers the same on both.
 	files, err := filepath.Glob("../../deploy/clickhouse/queries/*.sql")
@@ -382,13 +401,13 @@ func TestIntegrationCluster(t *testing.T) {
 		name := filepath.Base(path)
 		w, g := run(control), run(scaled)
 		if !slices.Equal(g, w) {
-			t.Errorf("%s through the cluster =\n\t%s\nsingle server =\n\t%s", name, strings.Join(g, "\n\t"), strings.Join(w, "\n\t"))
+			errorf("%s through the cluster =\n\t%s\nsingle server =\n\t%s", name, strings.Join(g, "\n\t"), strings.Join(w, "\n\t"))
 		} else {
 			t.Logf("cookbook %s: %d rows, equal to the single server's", name, len(g))
 		}
 		// The input has jobs of both verdicts, socket fallbacks among them.
 		if (name == "jobs_by_verdict.sql" || name == "fallback_jobs_gpu_hours.sql") && len(w) == 0 {
-			t.Errorf("%s: no rows on the single server; the input should show some", name)
+			errorf("%s: no rows on the single server; the input should show some", name)
 		}
 	}
 }
