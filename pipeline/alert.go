@@ -32,3 +32,13 @@ type Alert struct {
 	ResolvedAt  time.Time         `json:"resolved_at,omitzero"` // zero until resolved
 	EvalTime    time.Time         `json:"eval_time,omitzero"`   // the evaluation that produced this state
 }
+
+// StoredAlert is an alert state as a previous process stored it, with the
+// version of its job's summary stored beside it (0 when none is): a
+// restarted process restores the pending and firing ones and takes its
+// job's summaries again only once they reach that version (the replay
+// after the restart caught up with what was evaluated).
+type StoredAlert struct {
+	Alert
+	SummaryVersion uint64
+}

@@ -222,6 +222,10 @@ type stateKey struct {
 type state struct {
 	alert     pipeline.Alert
 	keepSince time.Time // firing, condition false since (keep_firing_for)
+	// restored: loaded from storage by Restore and not evaluated since; a
+	// firing one is reported once more when it first holds again, with its
+	// stored times, so that the notifiers (which start empty) send it.
+	restored bool
 }
 
 type countKey struct{ rule, severity, state string }
@@ -272,6 +276,9 @@ func (e *Engine) observe(sum *pipeline.JobSummary, comms []pipeline.CommSummary,
 	if nodes != nil && !slices.Equal(nodes, s.nodes) {
 		s.nodes = slices.Clone(nodes)
 		s.dirty = true
+	}
+	if s.released && s.sum == nil && sum.Version < s.catchUp {
+		return // restored (Restore): held until the replay reaches the version stored with its alerts
 	}
 	if s.released {
 		s.released, s.releasedAt, s.dirty = false, time.Time{}, true
@@ -355,6 +362,53 @@ func (e *Engine) Release(key string) {
 	if s.sum != nil && !s.forgotten {
 		s.catchUp = max(s.catchUp, s.sum.Version)
 	}
+}
+
+// Restore takes the alert states a previous process stored (the latest
+// pending or firing state of each job alert: sinks.ClickHouse.LoadAlerts),
+// so that an alert that still holds after a restart keeps its active and
+// fired times instead of starting again. Call it before the first
+// observation. A restored job is held like a released one (Release): its
+// alerts are neither evaluated, resolved nor reported until its summaries
+// come back (the replay after the restart) and reach the summary version
+// stored with them (the state rebuilt at the assignment can be older than
+// what was evaluated: taking it would resolve the alert and fire it again
+// once the replay catches up), and a job that does not come
+// back (another instance of the group owns it now, or it ended while no
+// process ran) is dropped after SubjectTTL without a transition. Alerts of
+// rules no longer loaded, pool alerts and other states are skipped. It
+// returns how many states it restored.
+func (e *Engine) Restore(alerts []pipeline.StoredAlert) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	byName := make(map[string]int, len(e.rules))
+	for i, r := range e.rules {
+		if r.Scope == ScopeJob {
+			byName[r.Name] = i
+		}
+	}
+	n := 0
+	for _, a := range alerts {
+		idx, ok := byName[a.Rule]
+		if !ok || a.Pool != "" || a.Job == "" || (a.State != pipeline.AlertPending && a.State != pipeline.AlertFiring) {
+			continue
+		}
+		k := stateKey{rule: idx, subject: pipeline.JobKey(a.Cluster, a.Namespace, a.Job)}
+		if _, held := e.states[k]; held {
+			continue
+		}
+		s := e.subjects[k.subject]
+		if s == nil {
+			s = &subject{key: k.subject, cluster: a.Cluster, namespace: a.Namespace, job: a.Job, released: true}
+			e.subjects[k.subject] = s
+		}
+		s.catchUp = max(s.catchUp, a.SummaryVersion)
+		st := &state{alert: cloneAlert(a.Alert), restored: true}
+		e.states[k] = st
+		e.count(e.rules[idx], "", a.State, st)
+		n++
+	}
+	return n
 }
 
 // Forget says that the assembler evicted a job (key as pipeline.JobKey).
@@ -985,6 +1039,9 @@ func (e *Engine) evalPools(ev *evaluation) {
 func (e *Engine) step(ev *evaluation, idx int, r *Rule, k stateKey, st *state, cond bool,
 	newAlert func() (pipeline.Alert, map[string]any)) {
 	now := ev.now
+	if st != nil && st.restored {
+		defer func() { st.restored = false }()
+	}
 	switch {
 	case cond && (st == nil || st.alert.State == pipeline.AlertResolved):
 		a, data := newAlert()
@@ -1008,6 +1065,10 @@ func (e *Engine) step(ev *evaluation, idx int, r *Rule, k stateKey, st *state, c
 		}
 	case cond && st.alert.State == pipeline.AlertFiring:
 		st.keepSince = time.Time{}
+		if st.restored {
+			st.alert.EvalTime = now
+			ev.changes = append(ev.changes, cloneAlert(st.alert))
+		}
 	case !cond && st != nil && st.alert.State == pipeline.AlertPending:
 		e.transition(ev, r, st, pipeline.AlertInactive)
 		delete(e.states, k)

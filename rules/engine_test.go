@@ -545,3 +545,100 @@ func TestEngineReleasedJobNotResolved(t *testing.T) {
 		t.Error("released job b still held after subject_ttl")
 	}
 }
+
+// After a restart the stored pending and firing states are restored
+// (Restore): an alert that still holds keeps its times and is reported once
+// more (the notifiers start empty), a pending one fires `for` after its
+// first activation, not after the restart; nothing is evaluated before the
+// replay reaches the summary version stored with the alerts (the rebuilt
+// older state would resolve them); a restored job that heals resolves; one
+// that never comes back is dropped after subject_ttl without a transition.
+func TestEngineRestore(t *testing.T) {
+	cfg := Config{Interval: time.Minute, Retention: time.Hour, SubjectTTL: time.Hour, ActivityTTL: 10 * time.Minute,
+		MaxSubjects: 10}
+	before, err := NewEngine(cfg, mustParse(t, stateRules), EngineDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{"firing", "pending", "heals", "gone"} {
+		sum, comms := fallbackJob(job, 40, false)
+		before.Observe(sum, comms, nil)
+	}
+	eval(t, before, 0, "Fallback/firing:pending Fallback/gone:pending Fallback/heals:pending Fallback/pending:pending")
+	eval(t, before, 2*time.Minute, "Fallback/firing:firing Fallback/gone:firing Fallback/heals:firing Fallback/pending:firing")
+	var stored []pipeline.StoredAlert
+	for _, a := range before.Active() {
+		if a.Job == "pending" { // as if it was pending when the process died
+			a.State, a.FiredAt = pipeline.AlertPending, time.Time{}
+		}
+		stored = append(stored, pipeline.StoredAlert{Alert: a, SummaryVersion: 40})
+	}
+	stored = append(stored, pipeline.StoredAlert{Alert: pipeline.Alert{Rule: "Removed", Job: "firing", Namespace: "ml",
+		Cluster: "c1", State: pipeline.AlertFiring}}) // a rule no longer loaded
+
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	e, err := NewEngine(cfg, mustParse(t, stateRules), EngineDeps{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Restore(stored); n != 4 {
+		t.Fatalf("Restore = %d; want 4 (the rule no longer loaded skipped)", n)
+	}
+	if v := testutil.ToFloat64(m.Alerts.WithLabelValues("Fallback", "critical", "firing")); v != 3 {
+		t.Errorf("ncclwatch_alerts{firing} after Restore = %v; want 3", v)
+	}
+	if n := len(e.Active()); n != 0 {
+		t.Errorf("Active() = %d before the jobs came back; want none", n)
+	}
+	// The rebuilt state is older than what was evaluated (and healthy):
+	// not taken.
+	for _, job := range []string{"firing", "pending", "heals"} {
+		sum, comms := fallbackJob(job, 12, true)
+		e.Observe(sum, comms, nil)
+	}
+	eval(t, e, 3*time.Minute, "")
+	// The replay catches up: the firing alert is reported again with its
+	// times; the pending one fires `for` after it became active (t0).
+	for _, job := range []string{"firing", "pending", "heals"} {
+		sum, comms := fallbackJob(job, 40, false)
+		e.Observe(sum, comms, nil)
+	}
+	got := eval(t, e, 4*time.Minute, "Fallback/firing:firing Fallback/heals:firing Fallback/pending:firing")
+	for _, a := range got {
+		wantFired := t0.Add(2 * time.Minute)
+		if a.Job == "pending" {
+			wantFired = t0.Add(4 * time.Minute)
+		}
+		if !a.ActiveAt.Equal(t0) || !a.FiredAt.Equal(wantFired) || !a.EvalTime.Equal(t0.Add(4*time.Minute)) {
+			t.Errorf("%s: active %v fired %v eval %v; want active %v fired %v", a.Job, a.ActiveAt, a.FiredAt, a.EvalTime,
+				t0, wantFired)
+		}
+		if a.Annotations["summary"] == "" || a.Labels["team"] != "ml" {
+			t.Errorf("%s: restored labels/annotations lost: %v %v", a.Job, a.Labels, a.Annotations)
+		}
+	}
+	eval(t, e, 5*time.Minute, "") // reported once
+	// heals: a later state resolves it (after keep_firing_for).
+	sum, comms := fallbackJob("heals", 50, true)
+	e.Observe(sum, comms, nil)
+	eval(t, e, 6*time.Minute, "")
+	eval(t, e, 9*time.Minute, "Fallback/heals:resolved")
+	// gone never comes back: dropped after subject_ttl, no transition
+	// (the others still log).
+	for _, job := range []string{"firing", "pending"} {
+		sum, comms := fallbackJob(job, 41, false)
+		e.Observe(sum, comms, nil)
+	}
+	eval(t, e, 50*time.Minute, "")
+	eval(t, e, 70*time.Minute, "")
+	if _, ok := e.subjects[pipeline.JobKey("c1", "ml", "gone")]; ok {
+		t.Error("restored job gone still held after subject_ttl")
+	}
+	if got := changes(e.Active()); got != "Fallback/firing:firing Fallback/pending:firing" {
+		t.Errorf("Active() = %q", got)
+	}
+	if v := testutil.ToFloat64(m.Alerts.WithLabelValues("Fallback", "critical", "firing")); v != 2 {
+		t.Errorf("ncclwatch_alerts{firing} = %v; want 2", v)
+	}
+}

@@ -1,9 +1,13 @@
 package sinks
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -41,6 +45,105 @@ var alertTables = []table{
 			}
 		},
 	},
+}
+
+// LoadAlerts returns the job alerts whose latest stored state is pending
+// or firing (at most limit, the most recently evaluated first), as the
+// rules engine left them, each with its job's latest stored summary
+// version: a restarted process restores them (rules.Engine.Restore) so
+// that an alert that still holds keeps its times. The latest state is the
+// row of the highest version of each (cluster, namespace, job, rule),
+// folded with argMax rather than FINAL so that the query is the same
+// through a cluster's Distributed tables. Pool alerts are not loaded: they
+// are evaluated over every job of the pool, which a restarted process has
+// not seen again yet.
+func (c *ClickHouse) LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error) {
+	q := "SELECT rule, cluster, namespace, job, argMax(state, version) AS st, argMax(severity, version), " +
+		"argMax(label_keys, version), argMax(label_values, version), argMax(annotation_keys, version), " +
+		"argMax(annotation_values, version), argMax(active_at, version), argMax(fired_at, version), " +
+		"argMax(eval_time, version), max(version) AS v FROM " + c.cfg.Database + ".alerts WHERE pool = '' " +
+		"GROUP BY rule, cluster, namespace, job HAVING st IN ('" + pipeline.AlertPending + "', '" + pipeline.AlertFiring + "') " +
+		"ORDER BY v DESC LIMIT " + strconv.Itoa(max(limit, 0))
+	rows, err := c.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse load alerts: %w", err)
+	}
+	defer rows.Close()
+	var out []pipeline.StoredAlert
+	for rows.Next() {
+		var (
+			a      pipeline.Alert
+			lk, lv []string
+			ak, av []string
+			v      uint64
+		)
+		if err := rows.Scan(&a.Rule, &a.Cluster, &a.Namespace, &a.Job, &a.State, &a.Severity, &lk, &lv, &ak, &av,
+			&a.ActiveAt, &a.FiredAt, &a.EvalTime, &v); err != nil {
+			return nil, fmt.Errorf("clickhouse load alerts: %w", err)
+		}
+		a.Labels, a.Annotations = pairs(lk, lv), pairs(ak, av)
+		a.ActiveAt, a.FiredAt, a.EvalTime = unclamp(a.ActiveAt), unclamp(a.FiredAt), unclamp(a.EvalTime)
+		out = append(out, pipeline.StoredAlert{Alert: a})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse load alerts: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	// The jobs' summary versions (of the alerts' job names: a literal
+	// array, bound by the driver).
+	seen := map[string]bool{}
+	var names []string
+	for _, a := range out {
+		if !seen[a.Job] {
+			seen[a.Job] = true
+			names = append(names, a.Job)
+		}
+	}
+	versions := map[string]uint64{}
+	vrows, err := c.conn.Query(ctx, "SELECT cluster, namespace, job, max(version) FROM "+c.cfg.Database+
+		".job_summaries WHERE has(?, job) GROUP BY cluster, namespace, job", names)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse load alerts: job summary versions: %w", err)
+	}
+	defer vrows.Close()
+	for vrows.Next() {
+		var cluster, namespace, job string
+		var v uint64
+		if err := vrows.Scan(&cluster, &namespace, &job, &v); err != nil {
+			return nil, fmt.Errorf("clickhouse load alerts: job summary versions: %w", err)
+		}
+		versions[pipeline.JobKey(cluster, namespace, job)] = v
+	}
+	if err := vrows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse load alerts: job summary versions: %w", err)
+	}
+	for i := range out {
+		a := &out[i]
+		a.SummaryVersion = versions[pipeline.JobKey(a.Cluster, a.Namespace, a.Job)]
+	}
+	return out, nil
+}
+
+// unclamp is clampTime's inverse for a time that was zero: stored as the
+// earliest storable time, read back as zero.
+func unclamp(t time.Time) time.Time {
+	if !t.After(minStoredTime) {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// pairs is sortedPairs' inverse.
+func pairs(keys, values []string) map[string]string {
+	m := make(map[string]string, len(keys))
+	for i, k := range keys {
+		if i < len(values) {
+			m[k] = values[i]
+		}
+	}
+	return m
 }
 
 // alertVersion orders the rows of one alert state: the later evaluation

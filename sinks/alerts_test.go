@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,64 @@ func TestRulesClickHouseAlertsWithSummaries(t *testing.T) {
 	}
 	if n := queryInt(t, c, "SELECT count() FROM "+db+".job_summaries FINAL WHERE job = 'train-b'"); n != 1 {
 		t.Errorf("job_summaries = %d; want 1", n)
+	}
+}
+
+// LoadAlerts returns each job alert's latest stored state when it is
+// pending or firing (with its times, labels and annotations as stored, and
+// its job's summary version), and leaves out alerts that resolved since,
+// pool alerts and older states of the same alert.
+func TestRulesClickHouseLoadAlerts(t *testing.T) {
+	c := migrated(t)
+	ctx := t.Context()
+	t0 := time.Date(2026, 3, 3, 9, 0, 0, 0, time.UTC)
+	job := func(name, state string, active, fired, resolved, eval time.Time) pipeline.Alert {
+		return pipeline.Alert{Rule: "NCCLSocketFallback", Severity: "critical", Job: name, Namespace: "ml", Cluster: "c1",
+			State: state, Labels: map[string]string{"alertname": "NCCLSocketFallback", "job_name": name},
+			Annotations: map[string]string{"summary": name + " fell back"}, ActiveAt: active, FiredAt: fired,
+			ResolvedAt: resolved, EvalTime: eval}
+	}
+	b := testBatch("train-c", t0) // its job summary: version 10
+	b.Alerts = []pipeline.Alert{
+		job("train-c", pipeline.AlertPending, t0, time.Time{}, time.Time{}, t0),
+		job("healed", pipeline.AlertFiring, t0, t0, time.Time{}, t0),
+		job("pend", pipeline.AlertPending, t0.Add(time.Minute), time.Time{}, time.Time{}, t0.Add(time.Minute)),
+		{Rule: "NCCLFabricUnproven", Severity: "warning", Pool: "h100", State: pipeline.AlertFiring, ActiveAt: t0,
+			FiredAt: t0, EvalTime: t0},
+	}
+	if err := c.Consume(ctx, b); err != nil {
+		t.Fatalf("Consume = %v", err)
+	}
+	later := &pipeline.Batch{Alerts: []pipeline.Alert{
+		job("train-c", pipeline.AlertFiring, t0, t0.Add(2*time.Minute), time.Time{}, t0.Add(2*time.Minute)),
+		job("healed", pipeline.AlertResolved, t0, t0, t0.Add(3*time.Minute), t0.Add(3*time.Minute)),
+	}}
+	if err := c.Consume(ctx, later); err != nil {
+		t.Fatalf("Consume = %v", err)
+	}
+	got, err := c.LoadAlerts(ctx, 100)
+	if err != nil {
+		t.Fatalf("LoadAlerts = %v", err)
+	}
+	var lines []string
+	for _, a := range got {
+		lines = append(lines, fmt.Sprintf("%s %s/%s %s active=%s fired=%s eval=%s labels=%v annotations=%v version=%d",
+			a.Rule, a.Namespace, a.Job, a.State, a.ActiveAt.Format(time.TimeOnly), a.FiredAt.Format(time.TimeOnly),
+			a.EvalTime.Format(time.TimeOnly), a.Labels, a.Annotations, a.SummaryVersion))
+	}
+	want := []string{
+		"NCCLSocketFallback ml/train-c firing active=09:00:00 fired=09:02:00 eval=09:02:00 labels=map[alertname:NCCLSocketFallback job_name:train-c] annotations=map[summary:train-c fell back] version=10",
+		"NCCLSocketFallback ml/pend pending active=09:01:00 fired=00:00:00 eval=09:01:00 labels=map[alertname:NCCLSocketFallback job_name:pend] annotations=map[summary:pend fell back] version=0",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("LoadAlerts =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for _, a := range got {
+		if a.Job == "pend" && !a.FiredAt.IsZero() {
+			t.Errorf("pending alert's fired_at = %v; want zero", a.FiredAt)
+		}
+	}
+	if got, err := c.LoadAlerts(ctx, 1); err != nil || len(got) != 1 || got[0].Job != "train-c" {
+		t.Errorf("LoadAlerts(limit 1) = %v, %v; want the latest evaluated (train-c)", got, err)
 	}
 }

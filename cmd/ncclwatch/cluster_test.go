@@ -321,8 +321,8 @@ func TestIntegrationCluster(t *testing.T) {
 	}
 
 	// Through the Distributed tables, every table as the single server
-	// holds it. Of alerts the rules engine's state is not restored after
-	// a kill (README, known gaps), so alerts are not compared;
+	// holds it. Alerts are not compared (their times are the evaluations'
+	// wall clock, which differ between the two runs);
 	// comm_summaries by key (a communicator without a commId may fold
 	// fewer events after a restart, the same known gap).
 	for _, table := range storedTables {

@@ -696,6 +696,10 @@ func TestIntegrationKillAndRestart(t *testing.T) {
 	}, first.dump)
 	first.kill()
 	t.Logf("killed -9 after %v commits and %v records", commitsAtKill, recordsAtKill)
+	// The alerts firing at the kill: after the restart they keep their
+	// times (the rules engine restores its stored states).
+	firingQ := "SELECT concat(job, ' ', rule), toString(fired_at) FROM " + e.db + ".alerts FINAL WHERE state = 'firing' ORDER BY 1"
+	firingAtKill := queryStrings(t, e.ch, firingQ)
 
 	second := startProcess(t, bin, config, logPath, addr)
 	select {
@@ -723,6 +727,23 @@ func TestIntegrationKillAndRestart(t *testing.T) {
 	if r := metric(t, addr, "ncclwatch_state_rebuilt_events_total"); r == 0 {
 		t.Errorf("the restarted service rebuilt no events from storage:\n%s", second.dump())
 	}
+	if len(firingAtKill) == 0 {
+		t.Errorf("no alert was firing at the kill: the restore of alert states is not exercised")
+	}
+	eventually(t, "the alerts firing at the kill still firing, with their times", func() string {
+		now := queryStrings(t, e.ch, firingQ)
+		var missing []string
+		for _, a := range firingAtKill {
+			if !slices.Contains(now, a) {
+				missing = append(missing, a)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Sprintf("firing at the kill (job rule fired_at): %v; now: %v", firingAtKill, now)
+		}
+		return ""
+	}, second.dump)
+	t.Logf("%d alerts firing at the kill kept their fired_at after the restart", len(firingAtKill))
 	t.Logf("restarted service: %v records, %v rebuilt events",
 		metric(t, addr, "ncclwatch_records_total"), metric(t, addr, "ncclwatch_state_rebuilt_events_total"))
 }

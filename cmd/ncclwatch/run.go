@@ -193,7 +193,10 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 	var sink pipeline.Consumer = hooks.sink
 	var loader pipeline.EventLoader
-	var jobsDB jobReader // the read API's stored verdicts (api.go)
+	var jobsDB jobReader     // the read API's stored verdicts (api.go)
+	var alertsDB interface { // the alert states a previous process stored
+		LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error)
+	}
 	if sink == nil {
 		ch, err := connectClickHouse(ctx, cfg.ClickHouse, log)
 		if err != nil {
@@ -206,7 +209,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
 			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
 		}
-		sink, loader, jobsDB = ch, ch, ch
+		sink, loader, jobsDB, alertsDB = ch, ch, ch, ch
 	}
 
 	var inv *pipeline.Inventory
@@ -231,6 +234,15 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 			return fmt.Errorf("rules: %w", err)
 		}
 		sink = stage
+		if alertsDB != nil {
+			// Alerts that still hold after a restart keep their times.
+			stored, err := alertsDB.LoadAlerts(ctx, cfg.Rules.Engine.MaxSubjects)
+			if err != nil {
+				return fmt.Errorf("rules: restoring the stored alert states: %w", err)
+			}
+			log.Info().Int("alerts", stage.Engine().Restore(stored)).Int("stored", len(stored)).
+				Msg("pending and firing alert states restored from storage")
+		}
 		log.Info().Strs("files", cfg.Rules.Files).Int("rules", len(stage.Engine().Rules())).
 			Int("alertmanagers", len(cfg.Rules.Alertmanagers)).Int("webhooks", len(cfg.Rules.Webhooks)).Msg("alert rules loaded")
 	}
