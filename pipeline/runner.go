@@ -245,7 +245,12 @@ type Runner struct {
 	namer    JobNamer
 	meta     Meta
 	cur      *Message
+	curNow   time.Time // processing time of cur: one clock read per record, not per line
 	line     int32
+	// The job key (JobKey) of the last telemetry line's job, kept so that
+	// the lines of one job build it once.
+	keyMeta  [3]string
+	key      string
 	tel      *TelemetryAssembler
 	tl       TelemetryLine
 	last     time.Time // last flush
@@ -680,7 +685,8 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 		ps = &partState{}
 		r.parts[k] = ps
 	}
-	ps.next, ps.seen = m.Offset+1, r.deps.Now()
+	now := r.deps.Now()
+	ps.next, ps.seen = m.Offset+1, now
 	ps.atEnd = m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
 	switch {
 	case len(m.Value) > r.cfg.MaxRecordBytes:
@@ -691,7 +697,7 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 		}
 	default:
 		dec := r.decoder(k)
-		r.cur, r.line = m, 0
+		r.cur, r.curNow, r.line = m, now, 0
 		err := dec.Decode(m.Value, r.emit)
 		r.cur = nil
 		if p, ok := dec.(interface{ Pending() bool }); ok && p.Pending() {
@@ -823,10 +829,13 @@ func (r *Runner) emit(rec *Record) {
 	rec.Meta = &r.meta
 	r.proc.Record(rec)
 	if tl, ok := r.proc.Telemetry(); ok {
-		job := JobKey(r.meta.Cluster, r.meta.Namespace, r.meta.Job)
+		if k := [3]string{r.meta.Cluster, r.meta.Namespace, r.meta.Job}; k != r.keyMeta || r.key == "" {
+			r.keyMeta, r.key = k, JobKey(k[0], k[1], k[2])
+		}
+		job := r.key
 		r.tel.Add(job, &r.meta, tl, rec.Time, rec.Source, &r.batch)
 		// Telemetry-only jobs idle out like the others.
-		r.touched[job] = r.deps.Now()
+		r.touched[job] = r.curNow
 		r.telDirty[job] = true
 	}
 }
@@ -847,7 +856,7 @@ func (r *Runner) tap(job string, rec *Record, ev *Event) {
 	r.batch.Events = append(r.batch.Events, row)
 	r.batch.Bytes += len(row.Line) + len(row.Job) + len(row.Pod) + 64
 	r.dirty[job] = true
-	r.touched[job] = r.deps.Now()
+	r.touched[job] = r.curNow
 }
 
 func (r *Runner) deadLetter(m *Message, line int32, reason, msg string) {
@@ -894,7 +903,7 @@ func (r *Runner) flushDecoders() {
 			continue
 		}
 		m := Message{Topic: k.topic, Partition: k.part, Offset: r.offsets[k] - 1}
-		r.cur, r.line = &m, 0
+		r.cur, r.curNow, r.line = &m, r.deps.Now(), 0
 		d.Flush(r.emit)
 		r.cur = nil
 	}

@@ -410,9 +410,13 @@ type foldPart struct {
 type partFold struct {
 	window int64
 	rows   map[foldKey]*openRow
-	first  int64            // the lowest offset of a row's first line; rows is empty when -1
-	last   map[string]int64 // job + framework → step of the window's latest step line of that series
+	first  int64               // the lowest offset of a row's first line; rows is empty when -1
+	last   map[seriesKey]int64 // step of the window's latest step line of each series
 }
+
+// seriesKey is a job's series of one framework: a struct, not a joined
+// string, so that a step line's lookup builds no string.
+type seriesKey struct{ job, framework string }
 
 type foldKey struct {
 	job, framework, kind string
@@ -524,8 +528,9 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 		return
 	}
 	j := a.job(job)
+	// The row metadata of the line, once (label and inventory lookups).
+	m := a.rowMeta(meta)
 	if meta != nil {
-		m := a.rowMeta(meta)
 		j.canary = j.canary || m.canary
 		if m.pool != "" {
 			j.pool = m.pool
@@ -539,7 +544,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			s.add(tl)
 		}
 		if out != nil {
-			a.foldStep(job, j, a.rowMeta(meta), tl, t, src, out)
+			a.foldStep(job, j, m, tl, t, src, out)
 		}
 	case TelemetryNCCLComm:
 		if tl.NRanks > j.ncclRanks {
@@ -551,7 +556,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 	case TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
 	case TelemetryCheckpoint:
-		ev := j.checkpoint(a.rowMeta(meta), &tl.Checkpoint, tl.Rank, t, src)
+		ev := j.checkpoint(m, &tl.Checkpoint, tl.Rank, t, src)
 		if ev != nil && out != nil {
 			out.Checkpoints = append(out.Checkpoints, *ev)
 			out.Bytes += 160 + len(ev.Job) + len(ev.Pod) + len(ev.Path)
@@ -564,7 +569,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			a.open[pk] = append(a.open[pk], cur)
 		}
 		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {
-			row := j.testRow(a.rowMeta(meta), tl, t, src)
+			row := j.testRow(m, tl, t, src)
 			out.TestRuns = append(out.TestRuns, row)
 			out.Bytes += 200 + len(row.Job) + len(row.Pod) + 16*len(row.Hosts)
 		}
@@ -755,9 +760,9 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 			pf = &partFold{}
 			a.folds[pk] = pf
 		}
-		*pf = partFold{window: w, rows: map[foldKey]*openRow{}, first: -1, last: map[string]int64{}}
+		*pf = partFold{window: w, rows: map[foldKey]*openRow{}, first: -1, last: map[seriesKey]int64{}}
 	}
-	series := job + "\x00" + tl.Framework
+	series := seriesKey{job, tl.Framework}
 	step := tl.Step
 	switch tl.Kind {
 	case TelemetryAmend:
