@@ -38,12 +38,28 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 		telemetry = l.tel.Parse(text, tl)
 		return l.classify(text, ev), telemetry
 	}
-	cand := Candidate(text)
+	var cand bool
+	var rest, body []byte
+	var p Prefix
+	marks, marked := uint64(0), false
 	if bytes.IndexByte(text, 0x1b) >= 0 {
+		cand = Candidate(text)
 		l.ansi = StripANSI(l.ansi[:0], text)
-		text = l.ansi
+		rest, p = StripPrefix(l.ansi)
+	} else {
+		// One pass over the line finds the prefilter's tokens in all of
+		// it and the telemetry markers in its stripped text, which lies
+		// inside it (Candidate and lineSet.mask would be two passes).
+		rest, p = StripPrefix(text)
+		body = trimRightSpace(rest)
+		if lo, ok := offsetIn(text, body); ok {
+			m := lineMarkSet.maskWithin(text, len(finderTokens), lo, lo+len(body))
+			cand = m&(1<<len(finderTokens)-1) != 0
+			marks, marked = m>>len(finderTokens), true
+		} else {
+			cand = Candidate(text)
+		}
 	}
-	rest, p := StripPrefix(text)
 	nccl = cand && l.nccl.Parse(rest, ev)
 	switch {
 	case !cand:
@@ -58,7 +74,26 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 	if nccl {
 		pre = ev
 	}
+	if marked {
+		return nccl, l.tel.parseMarked(body, p, pre, tl, marks)
+	}
 	return nccl, l.tel.parseStripped(rest, p, pre, tl)
+}
+
+// lineMarkSet is the prefilter's tokens (finderSpecs, the first
+// len(finderTokens) bits of its masks) followed by lineSet's markers.
+var lineMarkSet = newTokenSet(append(finderSpecs(), lineSpecs()...)...)
+
+// offsetIn returns where sub, a subslice of b (or empty), starts in b.
+func offsetIn(b, sub []byte) (int, bool) {
+	if len(sub) == 0 {
+		return 0, true
+	}
+	lo := cap(b) - cap(sub)
+	if lo < 0 || lo+len(sub) > len(b) || &b[lo] != &sub[0] {
+		return 0, false
+	}
+	return lo, true
 }
 
 // Classify is Line without telemetry: it parses one line into ev and

@@ -142,13 +142,30 @@ func (t *Telemetry) parseStripped(rest []byte, p Prefix, pre *pipeline.Event, tl
 	return ok
 }
 
+// parseMarked is parseStripped of body, the stripped line already trimmed
+// on the right (trimRightSpace), whose markers (lineSet.mask(body)) are m.
+func (t *Telemetry) parseMarked(body []byte, p Prefix, pre *pipeline.Event, tl *pipeline.TelemetryLine, m uint64) bool {
+	tl.Reset()
+	if len(body) == 0 {
+		return false
+	}
+	t.usePre, t.pre = true, pre
+	ok := t.marked(body, p, tl, m)
+	t.usePre, t.pre = false, nil
+	return ok
+}
+
 func (t *Telemetry) telemetry(rest []byte, p Prefix, tl *pipeline.TelemetryLine) bool {
 	rest = trimRightSpace(rest)
 	if len(rest) == 0 {
 		return false
 	}
 	// One pass finds the markers of the checkpoint and progress parsers.
-	m := lineSet.mask(rest)
+	return t.marked(rest, p, tl, lineSet.mask(rest))
+}
+
+// marked is telemetry of rest (trimmed, not empty) with its markers m.
+func (t *Telemetry) marked(rest []byte, p Prefix, tl *pipeline.TelemetryLine, m uint64) bool {
 	if t.ckpt.parse(rest, &tl.Checkpoint, m) {
 		tl.Kind, tl.Rank = pipeline.TelemetryCheckpoint, p.Rank
 		return true

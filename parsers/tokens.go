@@ -219,6 +219,33 @@ func (s *tokenSet) mask(b []byte) (m uint64) {
 	}
 }
 
+// maskWithin is mask of b for its first k tokens and, for the others, of
+// b[lo:hi] (only occurrences that lie wholly inside it count; their checks,
+// if any, see b): one pass answering two questions, the prefilter's of a
+// whole line and the markers of its stripped text.
+func (s *tokenSet) maskWithin(b []byte, k, lo, hi int) (m uint64) {
+	for i := 0; ; i++ {
+		i = s.nextAnchor(b, i)
+		if i < 0 {
+			return m
+		}
+		p := binary.LittleEndian.Uint16(b[i:])
+		for t := s.first(p); t >= 0; t = s.toks[t].next {
+			tk := &s.toks[t]
+			at := i - tk.off
+			if at < 0 || at+len(tk.tok) > len(b) {
+				continue
+			}
+			if int(t) >= k && (at < lo || at+len(tk.tok) > hi) {
+				continue
+			}
+			if bytes.Equal(b[at:at+len(tk.tok)], tk.tok) && (tk.check == nil || tk.check(b, at)) {
+				m |= 1 << t
+			}
+		}
+	}
+}
+
 // first returns the first token anchored on pair p, or -1.
 func (s *tokenSet) first(p uint16) int16 {
 	for h := pairHash(p); ; h = (h + 1) % tokenSlots {

@@ -131,6 +131,21 @@ func checkTokenSets(t *testing.T, b []byte, every bool) {
 	if got := lineSet.mask(b); got != want {
 		t.Errorf("lineSet.mask(%q) = %b; want %b", b, got, want)
 	}
+	// Lines.Line's one pass: the prefilter on the whole line, the markers
+	// of its stripped, right-trimmed text.
+	rest, _ := StripPrefix(b)
+	body := trimRightSpace(rest)
+	if lo, ok := offsetIn(b, body); !ok {
+		t.Errorf("offsetIn(%q, %q) = false; want the stripped text's start", b, body)
+	} else {
+		m := lineMarkSet.maskWithin(b, len(finderTokens), lo, lo+len(body))
+		if got, want := m&(1<<len(finderTokens)-1) != 0, naiveCandidate(b); got != want {
+			t.Errorf("lineMarkSet candidate of %q = %v; want %v", b, got, want)
+		}
+		if got, want := m>>len(finderTokens), lineSet.mask(body); got != want {
+			t.Errorf("lineMarkSet markers of %q = %b; want lineSet.mask(%q) = %b", b, got, body, want)
+		}
+	}
 	for _, set := range []struct {
 		s         *tokenSet
 		telemetry bool
