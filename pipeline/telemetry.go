@@ -412,6 +412,29 @@ type partFold struct {
 	rows   map[foldKey]*openRow
 	first  int64               // the lowest offset of a row's first line; rows is empty when -1
 	last   map[seriesKey]int64 // step of the window's latest step line of each series
+	// The series of the window's last step line and its step, not yet in
+	// last: the lines of a partition mostly continue one series, so the
+	// map is written only when the series changes.
+	cur     seriesKey
+	curStep int64
+	curSet  bool
+}
+
+// lastStep returns the step of series' latest step line in the window.
+func (pf *partFold) lastStep(series seriesKey) (int64, bool) {
+	if pf.curSet && pf.cur == series {
+		return pf.curStep, true
+	}
+	s, ok := pf.last[series]
+	return s, ok
+}
+
+// setLast records step as the latest step line of series.
+func (pf *partFold) setLast(series seriesKey, step int64) {
+	if pf.curSet && pf.cur != series {
+		pf.last[pf.cur] = pf.curStep
+	}
+	pf.cur, pf.curStep, pf.curSet = series, step, true
 }
 
 // seriesKey is a job's series of one framework: a struct, not a joined
@@ -419,8 +442,9 @@ type partFold struct {
 type seriesKey struct{ job, framework string }
 
 type foldKey struct {
-	job, framework, kind string
-	step                 int64
+	job, framework string
+	kind           TelemetryKind
+	step           int64
 }
 
 // openRow is a row of the open window; idx is where it was last appended
@@ -767,15 +791,15 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 	switch tl.Kind {
 	case TelemetryAmend:
 		step = -1
-		if s, ok := pf.last[series]; ok {
+		if s, ok := pf.lastStep(series); ok {
 			step = s
 		}
 	case TelemetryStep:
 		if step >= 0 {
-			pf.last[series] = step
+			pf.setLast(series, step)
 		}
 	}
-	key := foldKey{job: job, framework: tl.Framework, kind: tl.Kind.String(), step: step}
+	key := foldKey{job: job, framework: tl.Framework, kind: tl.Kind, step: step}
 	if step >= 0 {
 		if o := pf.rows[key]; o != nil {
 			o.row.Ranks++
