@@ -10,25 +10,45 @@ import (
 // "NCCL" (every NCCL line since 2.3 and every version banner), "INFO " and
 // "WARN " (NCCL ≤ 2.2 prints no NCCL token: "host:pid:tid [0] INFO …",
 // checked further by Parse), " Pid " (nccl-tests device table lines, "#  Rank  0 Group  0 Pid  78499 on …") and
-// " pid=" (Ray worker prefixes, whose ip= tells a job's nodes). Each is
-// searched with bytes.Index over a whole block, which runs at several GB/s
-// because the first bytes of each token are rare in trainer output
-// (BenchmarkFinder).
+// " pid=" (Ray worker prefixes, whose ip= tells a job's nodes). They are
+// found through three rare bytes (finderAnchors), one bytes.IndexByte pass
+// over a whole block each, at several GB/s (BenchmarkFinderMixed).
 var finderTokens = [...][]byte{[]byte("NCCL"), []byte("INFO "), []byte("WARN "), []byte("Pid "), []byte(" pid=")}
-
-// tokPid is finderTokens[4] without its blank, which plausibleAt checks.
-var tokPid = []byte("pid=")
 
 // Finder finds candidate lines in a block of log text without looking at
 // the lines between them: the prefilter of the file and Kafka paths. The
-// NCCL finder keeps the next position of each token, so a block is searched
-// once per token whatever the number of hits; the telemetry finder's forty
+// NCCL finder keeps the next hit of each anchor byte, so a block is
+// searched once per anchor whatever the number of hits; the telemetry finder's forty
 // tokens are searched in one pass (tokenSet). Not safe for concurrent use.
 type Finder struct {
 	block []byte
-	set   *tokenSet // nil: finderTokens, one search each
-	next  [len(finderTokens)]int
+	set   *tokenSet // nil: finderTokens, one search per anchor byte
+	next  [len(finderAnchors)]int
 }
+
+// finderAnchors are the bytes the NCCL finder searches with
+// bytes.IndexByte, one pass each, and the finder tokens that hold them: a
+// hit of the byte is checked against each token at the byte's offset in
+// it. 'N' is in "NCCL", "INFO " and "WARN "; 'P' starts "Pid "; '=' ends
+// " pid=". Each is rare in trainer output (per mille of a mixed stream of
+// `ncclwatch-load gen`: N 2.1, P 0.2, = 2.8), and three IndexByte passes
+// cost less than five bytes.Index passes, of which "Pid " and "pid="
+// (lower-case 'p' is every 55th byte) ran at half the speed of the others
+// (BenchmarkFinderMixed).
+var finderAnchors = [...]struct {
+	c    byte
+	toks []anchorTok
+}{
+	{'N', []anchorTok{{0, 0}, {1, 1}, {2, 3}}},
+	{'P', []anchorTok{{3, 0}}},
+	{'=', []anchorTok{{4, 4}}},
+}
+
+// anchorTok is finder token tok with its anchor byte at offset off.
+type anchorTok struct{ tok, off int }
+
+// maxAnchorOff is the largest anchorTok.off.
+const maxAnchorOff = 4
 
 // NewTelemetryFinder returns a Finder that also finds training-progress and
 // nccl-tests lines (TelemetryTokens and the slower rest): what scan uses
@@ -54,13 +74,13 @@ func (f *Finder) Next(from int) int {
 		return f.set.index(f.block, from)
 	}
 	best := -1
-	for i := range finderTokens {
+	for i := range finderAnchors {
 		n := f.next[i]
 		if n == -1 {
-			continue // token exhausted in this block
+			continue // no token of this anchor left in this block
 		}
 		if n < from {
-			n = f.search(i, from)
+			n = anchorSearch(f.block, i, from)
 			f.next[i] = n
 			if n < 0 {
 				continue
@@ -73,44 +93,44 @@ func (f *Finder) Next(from int) int {
 	return best
 }
 
-// search finds the next plausible hit of finder token i at or after from.
-func (f *Finder) search(i, from int) int {
-	tok, shift := finderTokens[i], 0
-	if i == 4 {
-		// " pid=" is searched as "pid=" after a blank: bytes.Index skips
-		// to a pattern's first byte, and blanks are every sixth byte of
-		// trainer output (340 MB/s, against 5 GB/s or more for the others;
-		// BenchmarkTelemetryTokens).
-		tok, shift = tokPid, 1
-	}
-	for from < len(f.block) {
-		j := bytes.Index(f.block[from+shift:], tok)
+// anchorSearch returns the first start at or after from of a plausible
+// hit of a token of finderAnchors[a] in b, or -1.
+func anchorSearch(b []byte, a, from int) int {
+	an := &finderAnchors[a]
+	best := -1
+	for h := from; h < len(b); h++ {
+		j := bytes.IndexByte(b[h:], an.c)
 		if j < 0 {
-			return -1
+			break
 		}
-		at := from + j
-		if plausibleAt(i, f.block, at) {
-			return at
+		h += j
+		if best >= 0 && h-maxAnchorOff > best {
+			break // every later hit starts after best
 		}
-		// Trainer text says INFO and WARN often ("root - INFO -"); only
-		// the ≤ 2.2 NCCL forms are worth a line.
-		from = at + 1
+		for _, t := range an.toks {
+			at := h - t.off
+			tok := finderTokens[t.tok]
+			if at < from || at+len(tok) > len(b) || (best >= 0 && at >= best) ||
+				!bytes.Equal(b[at:at+len(tok)], tok) || !plausibleAt(t.tok, b, at) {
+				continue
+			}
+			best = at
+		}
 	}
-	return -1
+	return best
 }
 
 // Candidate reports whether line may hold an NCCL line, an NCCL banner, an
 // nccl-tests rank line or a Ray worker prefix: the cheap prefilter run on
 // every record before any other parsing (Kafka records are checked in their
 // envelope, since none of the tokens is changed by JSON escaping). It never
-// allocates and errs on the side of yes; Parse decides. Five tokens with
-// rare first bytes: one bytes.Index each beats one pass of a tokenSet
-// (BenchmarkCandidateNaive, BenchmarkCandidateSet).
+// allocates and errs on the side of yes; Parse decides. Three anchor bytes
+// (finderAnchors), one bytes.IndexByte pass each, beat one pass of a
+// tokenSet (BenchmarkCandidateNaive, BenchmarkCandidateSet).
 func Candidate(line []byte) bool {
 	// Any token will do: no need to find the first one (Finder.Next).
-	f := Finder{block: line}
-	for i := range finderTokens {
-		if f.search(i, 0) >= 0 {
+	for i := range finderAnchors {
+		if anchorSearch(line, i, 0) >= 0 {
 			return true
 		}
 	}
@@ -138,7 +158,7 @@ func plausibleAt(i int, b []byte, at int) bool {
 	case 3: // "Pid ": nccl-tests "… Group  0 Pid  78499 on host"; searching
 		// "Pid " rather than " Pid " is twice as fast (rare first byte).
 		return at >= 1 && b[at-1] == ' '
-	case 4: // " pid=", found by Finder.search as "pid=" one byte on
+	case 4: // " pid=" (its blank is part of the token)
 		return at+1 < len(b) && b[at] == ' '
 	}
 	return true

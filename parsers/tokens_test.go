@@ -146,6 +146,14 @@ func checkTokenSets(t *testing.T, b []byte, every bool) {
 			t.Errorf("lineMarkSet markers of %q = %b; want lineSet.mask(%q) = %b", b, got, body, want)
 		}
 	}
+	var f Finder
+	f.Reset(b)
+	for from := 0; from <= len(b); from++ {
+		if got, want := f.Next(from), naiveIndex(b, from, false); got != want {
+			t.Errorf("Finder.Next(%d) of %q = %d; want %d", from, b, got, want)
+			break
+		}
+	}
 	for _, set := range []struct {
 		s         *tokenSet
 		telemetry bool
