@@ -149,6 +149,127 @@ func (p *Processor) take(rec *Record) {
 	}
 }
 
+// Parsed is records read by a Parser, in input order: what
+// Processor.Apply needs to feed the assembler in their place, with the
+// bytes it needs copied out of the decoder's and the parser's buffers.
+// Records without an NCCL event or a launcher host are only counted.
+type Parsed struct {
+	records, bytes int64
+	msgs           []parsedMsg
+	arena          []byte // the copied bytes
+}
+
+// Reset empties p for reuse, keeping its buffers: what it held before is
+// no longer valid.
+func (p *Parsed) Reset() { *p = Parsed{msgs: p.msgs[:0], arena: p.arena[:0]} }
+
+// parsedMsg is one message of a parsed record's line that Apply has
+// something to do with: its record (Text the message's text), whether it
+// is an NCCL message and its event.
+type parsedMsg struct {
+	rec  Record
+	nccl bool
+	ev   Event
+}
+
+// Parser is the parsing half of Processor.Record, for another goroutine:
+// it reads records into Parsed values that a Processor applies (Apply) in
+// input order. Telemetry is not read (Apply's records have none). Not safe
+// for concurrent use: one per goroutine.
+type Parser struct {
+	cls   Classifier
+	split MessageSplitter
+	ev    Event
+}
+
+// NewParser returns a parser reading lines with cls, which must not be
+// shared with another goroutine.
+func NewParser(cls Classifier) *Parser {
+	split, _ := cls.(MessageSplitter)
+	return &Parser{cls: cls, split: split}
+}
+
+// parsedArena is the least size of a Parsed's copy buffer: one allocation
+// per many lines (an NCCL line and its event's fields take ~300 bytes).
+const parsedArena = 64 << 10
+
+// keep returns a copy of b that stays valid until p's next Reset (nil for
+// nil, so that nil and empty fields stay apart). A full buffer is replaced,
+// never grown in place: the copies made in it stay where they are.
+func (p *Parsed) keep(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	if p.arena == nil || cap(p.arena)-len(p.arena) < len(b) {
+		p.arena = make([]byte, 0, max(parsedArena, 2*cap(p.arena), len(b)))
+	}
+	n := len(p.arena)
+	p.arena = append(p.arena, b...)
+	return p.arena[n:len(p.arena):len(p.arena)]
+}
+
+// keepEvent copies the byte fields of ev.
+func (p *Parsed) keepEvent(ev *Event) {
+	ev.Host, ev.PID, ev.TID = p.keep(ev.Host), p.keep(ev.PID), p.keep(ev.TID)
+	ev.LauncherHost = p.keep(ev.LauncherHost)
+	ev.Name, ev.Value, ev.Iface, ev.IP = p.keep(ev.Name), p.keep(ev.Value), p.keep(ev.Iface), p.keep(ev.IP)
+	ev.CommPtr, ev.CommID = p.keep(ev.CommPtr), p.keep(ev.CommID)
+}
+
+// Parse reads rec as Processor.Record would and appends it to out.
+func (p *Parser) Parse(rec *Record, out *Parsed) {
+	out.records++
+	out.bytes += int64(len(rec.Text))
+	text := rec.Text
+	nccl, _ := p.cls.Line(text, &p.ev, nil)
+	if nccl && p.split != nil {
+		if i := p.split.NextMessage(text); i > 0 {
+			for n := 1; n < maxMessagesPerLine && i > 0; n++ {
+				p.message(out, rec, text[:i])
+				text = text[i:]
+				i = p.split.NextMessage(text)
+			}
+			p.message(out, rec, text)
+			return
+		}
+	}
+	p.add(out, rec, text, nccl)
+}
+
+// message classifies text, a message of rec's line.
+func (p *Parser) message(out *Parsed, rec *Record, text []byte) {
+	nccl, _ := p.cls.Line(text, &p.ev, nil)
+	p.add(out, rec, text, nccl)
+}
+
+// add appends the message text of rec with its event in p.ev, when Apply
+// has something to do with it.
+func (p *Parser) add(out *Parsed, rec *Record, text []byte, nccl bool) {
+	if !nccl && len(p.ev.LauncherHost) == 0 {
+		return
+	}
+	out.msgs = append(out.msgs, parsedMsg{rec: *rec, nccl: nccl, ev: p.ev})
+	m := &out.msgs[len(out.msgs)-1]
+	m.rec.Text = out.keep(text)
+	out.keepEvent(&m.ev)
+}
+
+// Apply is the rest of Processor.Record for the records a Parser read:
+// the assembler and the tap get their NCCL events, in the records' place.
+// Telemetry reports false afterwards.
+func (p *Processor) Apply(pr *Parsed) {
+	p.Stats.Records += pr.records
+	p.Stats.Bytes += pr.bytes
+	p.telOK = false
+	for i := range pr.msgs {
+		m := &pr.msgs[i]
+		p.ev = m.ev
+		if p.took(&m.rec, m.nccl) {
+			p.take(&m.rec)
+		}
+	}
+}
+
 func (p *Processor) jobOf(rec *Record) string {
 	if p.job == nil {
 		return ""
@@ -207,13 +328,40 @@ type chunk struct {
 // locking. A few buffers of the block size are all the memory it holds,
 // whatever the input length.
 func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
+	return s.scan(nil, func(c *Chunk, _ any) {
+		for i, l := range c.Lines {
+			fn(l, c.Offs[i])
+		}
+	})
+}
+
+// Chunk is the candidate lines of one block (without their newlines) and
+// the byte offsets where they start, in input order.
+type Chunk struct {
+	Lines [][]byte
+	Offs  []int64
+}
+
+// ScanPrepared is Scan with a first step on the search goroutines: newStep
+// is called once per search goroutine, on it, and returns that goroutine's
+// step, which is called with each chunk of candidate lines it found and
+// may keep no reference to them; what it returns is handed to fn with the
+// chunk on Scan's own goroutine, chunk after chunk in input order. The
+// lines are valid until fn returns. Parsing in the step spreads it over
+// the cores while fn keeps what needs input order.
+func (s *BlockScanner) ScanPrepared(newStep func() func(*Chunk) any, fn func(c *Chunk, v any)) error {
+	return s.scan(newStep, fn)
+}
+
+func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v any)) error {
 	workers := max(1, min(runtime.GOMAXPROCS(0), 4))
 	free := make(chan []byte, workers+2)
 	for i := 0; i < cap(free); i++ {
 		free <- make([]byte, s.size)
 	}
 	type found struct {
-		spans     [][2]int
+		c         Chunk
+		v         any
 		oversized int64
 	}
 	type job struct {
@@ -249,17 +397,29 @@ func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var step func(*Chunk) any
+			if newStep != nil {
+				step = newStep()
+			}
 			for j := range work {
 				spans, over := s.spans(f, j.c.region)
-				j.out <- found{spans, over}
+				r := found{oversized: over}
+				r.c.Lines = make([][]byte, len(spans))
+				r.c.Offs = make([]int64, len(spans))
+				for i, sp := range spans {
+					r.c.Lines[i] = j.c.region[sp[0]:sp[1]]
+					r.c.Offs[i] = j.c.base + int64(sp[0])
+				}
+				if step != nil {
+					r.v = step(&r.c)
+				}
+				j.out <- r
 			}
 		}()
 	}
 	for j := range order {
 		r := <-j.out
-		for _, sp := range r.spans {
-			fn(j.c.region[sp[0]:sp[1]], j.c.base+int64(sp[0]))
-		}
+		fn(&r.c, r.v)
 		s.Oversized += r.oversized
 		free <- j.c.buf
 	}

@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -53,6 +54,7 @@ type scanInput struct {
 // scanner runs the shared decode → classify → assemble path over files.
 type scanner struct {
 	dec   *parsers.Decoder
+	dcfg  parsers.DecoderConfig // for the search goroutines' decoders
 	proc  *pipeline.Processor
 	max   int
 	input scanInput
@@ -69,7 +71,7 @@ func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = maxLine
 	asm := assemble.New(cfg)
-	s := &scanner{dec: parsers.NewDecoder(dcfg), lines: &parsers.Lines{}, max: maxLine}
+	s := &scanner{dec: parsers.NewDecoder(dcfg), dcfg: dcfg, lines: &parsers.Lines{}, max: maxLine}
 	s.proc = pipeline.NewProcessor(asm, s.lines, func(*pipeline.Record) string { return scanJob })
 	return s
 }
@@ -102,20 +104,25 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 		}
 	}
 	bs := pipeline.NewBlockScanner(r, finder, s.max)
-	err := bs.Scan(func(line []byte, off int64) {
-		s.input.Candidates++
-		if err := s.dec.Decode(line, emit); err != nil {
-			if errors.Is(err, parsers.ErrOversized) {
-				s.input.Oversized++
-			} else {
-				s.input.Malformed++
+	var err error
+	if s.telA == nil {
+		err = s.readParallel(name, bs, size)
+	} else {
+		err = bs.Scan(func(line []byte, off int64) {
+			s.input.Candidates++
+			if err := s.dec.Decode(line, emit); err != nil {
+				if errors.Is(err, parsers.ErrOversized) {
+					s.input.Oversized++
+				} else {
+					s.input.Malformed++
+				}
 			}
-		}
-		s.dec.Flush(emit)
-		if s.prog != nil && s.input.Candidates&0x3ff == 0 {
-			s.prog.update(name, off, size)
-		}
-	})
+			s.dec.Flush(emit)
+			if s.prog != nil && s.input.Candidates&0x3ff == 0 {
+				s.prog.update(name, off, size)
+			}
+		})
+	}
 	s.input.Bytes += bs.Bytes
 	s.input.Oversized += bs.Oversized
 	if s.prog != nil {
@@ -125,6 +132,61 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
+}
+
+// parsedChunk is what a search goroutine made of a chunk's candidate
+// lines: their decoded, parsed records, in input order, and its counts.
+type parsedChunk struct {
+	recs       pipeline.Parsed
+	oversized  int64
+	malformed  int64
+	candidates int64
+}
+
+// readParallel is read without telemetry: each search goroutine also
+// decodes and parses the candidate lines it found, with its own decoder
+// and line parser (pipeline.Parser), and this goroutine hands the parsed
+// records to the assembler in input order. Every line is decoded on its
+// own (Flush after each) in both paths, so which decoder reads a line
+// changes nothing.
+func (s *scanner) readParallel(name string, bs *pipeline.BlockScanner, size int64) error {
+	var chunks sync.Pool // *parsedChunk, applied
+	newStep := func() func(*pipeline.Chunk) any {
+		dec := parsers.NewDecoder(s.dcfg)
+		pr := pipeline.NewParser(&parsers.Lines{})
+		var out *parsedChunk
+		emit := func(rec *pipeline.Record) { pr.Parse(rec, &out.recs) }
+		return func(c *pipeline.Chunk) any {
+			out, _ = chunks.Get().(*parsedChunk)
+			if out == nil {
+				out = &parsedChunk{}
+			}
+			out.recs.Reset()
+			out.oversized, out.malformed, out.candidates = 0, 0, int64(len(c.Lines))
+			for _, line := range c.Lines {
+				if err := dec.Decode(line, emit); err != nil {
+					if errors.Is(err, parsers.ErrOversized) {
+						out.oversized++
+					} else {
+						out.malformed++
+					}
+				}
+				dec.Flush(emit)
+			}
+			return out
+		}
+	}
+	return bs.ScanPrepared(newStep, func(c *pipeline.Chunk, v any) {
+		out := v.(*parsedChunk)
+		s.input.Candidates += out.candidates
+		s.input.Oversized += out.oversized
+		s.input.Malformed += out.malformed
+		s.proc.Apply(&out.recs)
+		chunks.Put(out) // its buffers serve a later chunk
+		if s.prog != nil && len(c.Offs) > 0 {
+			s.prog.update(name, c.Offs[len(c.Offs)-1], size)
+		}
+	})
 }
 
 func (s *scanner) result() scanResult {

@@ -1,0 +1,42 @@
+package pipeline
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestParsedKeepsEveryEventField checks that Parsed.keepEvent copies every
+// byte field of Event (a field added later and not copied would alias a
+// parser's buffer that the next line overwrites), and keeps nil apart
+// from empty.
+func TestParsedKeepsEveryEventField(t *testing.T) {
+	var ev Event
+	v := reflect.ValueOf(&ev).Elem()
+	src := []byte("0123456789")
+	var fields []int
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).Type() == reflect.TypeFor[[]byte]() {
+			v.Field(i).SetBytes(src[i%10 : i%10+1])
+			fields = append(fields, i)
+		}
+	}
+	if len(fields) == 0 {
+		t.Fatal("Event has no byte fields")
+	}
+	var p Parsed
+	kept := ev
+	p.keepEvent(&kept)
+	copy(src, "xxxxxxxxxx")
+	kv := reflect.ValueOf(&kept).Elem()
+	for _, i := range fields {
+		if got, want := string(kv.Field(i).Bytes()), string(rune('0'+i%10)); got != want {
+			t.Errorf("kept Event.%s = %q after the source changed; want %q", v.Type().Field(i).Name, got, want)
+		}
+	}
+	if got := p.keep(nil); got != nil {
+		t.Errorf("keep(nil) = %q; want nil", got)
+	}
+	if got := p.keep([]byte{}); got == nil || len(got) != 0 {
+		t.Errorf("keep(empty) = %v (nil %v); want empty, not nil", got, got == nil)
+	}
+}
