@@ -40,3 +40,48 @@ func TestParsedKeepsEveryEventField(t *testing.T) {
 		t.Errorf("keep(empty) = %v (nil %v); want empty, not nil", got, got == nil)
 	}
 }
+
+// TestParsedKeepsEveryTelemetryField is the same for TelemetryLine and
+// the structs in it.
+func TestParsedKeepsEveryTelemetryField(t *testing.T) {
+	var tl TelemetryLine
+	src := []byte("0123456789")
+	var n int
+	var set func(v reflect.Value)
+	set = func(v reflect.Value) {
+		for i := 0; i < v.NumField(); i++ {
+			switch f := v.Field(i); {
+			case f.Type() == reflect.TypeFor[[]byte]():
+				f.SetBytes(src[n%10 : n%10+1])
+				n++
+			case f.Kind() == reflect.Struct:
+				set(f)
+			}
+		}
+	}
+	set(reflect.ValueOf(&tl).Elem())
+	if n < 2 {
+		t.Fatalf("TelemetryLine has %d byte fields; want several", n)
+	}
+	var p Parsed
+	kept := tl
+	p.keepTelemetry(&kept)
+	copy(src, "xxxxxxxxxx")
+	n = 0
+	var check func(v reflect.Value, path string)
+	check = func(v reflect.Value, path string) {
+		for i := 0; i < v.NumField(); i++ {
+			name := path + v.Type().Field(i).Name
+			switch f := v.Field(i); {
+			case f.Type() == reflect.TypeFor[[]byte]():
+				if got, want := string(f.Bytes()), string(rune('0'+n%10)); got != want {
+					t.Errorf("kept TelemetryLine.%s = %q after the source changed; want %q", name, got, want)
+				}
+				n++
+			case f.Kind() == reflect.Struct:
+				check(f, name+".")
+			}
+		}
+	}
+	check(reflect.ValueOf(&kept).Elem(), "")
+}

@@ -156,37 +156,47 @@ func (p *Processor) take(rec *Record) {
 type Parsed struct {
 	records, bytes int64
 	msgs           []parsedMsg
-	arena          []byte // the copied bytes
+	evs            []Event         // msgs[i].ev indexes it
+	tls            []TelemetryLine // msgs[i].tl indexes it
+	arena          []byte          // the copied bytes
 }
 
 // Reset empties p for reuse, keeping its buffers: what it held before is
 // no longer valid.
-func (p *Parsed) Reset() { *p = Parsed{msgs: p.msgs[:0], arena: p.arena[:0]} }
+func (p *Parsed) Reset() {
+	*p = Parsed{msgs: p.msgs[:0], evs: p.evs[:0], tls: p.tls[:0], arena: p.arena[:0]}
+}
 
 // parsedMsg is one message of a parsed record's line that Apply has
 // something to do with: its record (Text the message's text), whether it
-// is an NCCL message and its event.
+// is an NCCL message and its event (Parsed.evs[ev]); or, when tl >= 0, the
+// record's telemetry line (Parsed.tls[tl], after its messages, as Record's
+// caller reads it). Events and telemetry lines live in slices of their
+// own: a message has one or the other, and copying both would double the
+// bytes moved per line.
 type parsedMsg struct {
-	rec  Record
-	nccl bool
-	ev   Event
+	rec    Record
+	nccl   bool
+	ev, tl int32
 }
 
 // Parser is the parsing half of Processor.Record, for another goroutine:
 // it reads records into Parsed values that a Processor applies (Apply) in
-// input order. Telemetry is not read (Apply's records have none). Not safe
-// for concurrent use: one per goroutine.
+// input order. Not safe for concurrent use: one per goroutine.
 type Parser struct {
-	cls   Classifier
-	split MessageSplitter
-	ev    Event
+	cls       Classifier
+	split     MessageSplitter
+	ev        Event
+	tl        TelemetryLine
+	telemetry bool
 }
 
 // NewParser returns a parser reading lines with cls, which must not be
-// shared with another goroutine.
-func NewParser(cls Classifier) *Parser {
+// shared with another goroutine; with telemetry it also reads their
+// telemetry (cls must be a telemetry parser then, parsers.NewLines).
+func NewParser(cls Classifier, telemetry bool) *Parser {
 	split, _ := cls.(MessageSplitter)
-	return &Parser{cls: cls, split: split}
+	return &Parser{cls: cls, split: split, telemetry: telemetry}
 }
 
 // parsedArena is the least size of a Parsed's copy buffer: one allocation
@@ -208,6 +218,14 @@ func (p *Parsed) keep(b []byte) []byte {
 	return p.arena[n:len(p.arena):len(p.arena)]
 }
 
+// keepTelemetry copies the byte fields of tl.
+func (p *Parsed) keepTelemetry(tl *TelemetryLine) {
+	tl.Collective, tl.Version = p.keep(tl.Collective), p.keep(tl.Version)
+	tl.Host, tl.GPU, tl.Name = p.keep(tl.Host), p.keep(tl.GPU), p.keep(tl.Name)
+	tl.Row.Type, tl.Row.Redop = p.keep(tl.Row.Type), p.keep(tl.Row.Redop)
+	tl.Checkpoint.Path = p.keep(tl.Checkpoint.Path)
+}
+
 // keepEvent copies the byte fields of ev.
 func (p *Parsed) keepEvent(ev *Event) {
 	ev.Host, ev.PID, ev.TID = p.keep(ev.Host), p.keep(ev.PID), p.keep(ev.TID)
@@ -221,7 +239,26 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 	out.records++
 	out.bytes += int64(len(rec.Text))
 	text := rec.Text
-	nccl, _ := p.cls.Line(text, &p.ev, nil)
+	var tlp *TelemetryLine
+	if p.telemetry {
+		tlp = &p.tl
+	}
+	nccl, tel := p.cls.Line(text, &p.ev, tlp)
+	p.messages(out, rec, nccl)
+	if tel {
+		// After the messages, as Record's caller reads it; the messages
+		// were read without telemetry (once per line), p.tl is the line's.
+		out.msgs = append(out.msgs, parsedMsg{rec: *rec, ev: -1, tl: int32(len(out.tls))})
+		out.msgs[len(out.msgs)-1].rec.Text = nil
+		out.tls = append(out.tls, p.tl)
+		out.keepTelemetry(&out.tls[len(out.tls)-1])
+	}
+}
+
+// messages appends rec's messages, whose line's first verdict (in p.ev) is
+// nccl: the line, or each message glued in it (Processor.messages).
+func (p *Parser) messages(out *Parsed, rec *Record, nccl bool) {
+	text := rec.Text
 	if nccl && p.split != nil {
 		if i := p.split.NextMessage(text); i > 0 {
 			for n := 1; n < maxMessagesPerLine && i > 0; n++ {
@@ -248,22 +285,30 @@ func (p *Parser) add(out *Parsed, rec *Record, text []byte, nccl bool) {
 	if !nccl && len(p.ev.LauncherHost) == 0 {
 		return
 	}
-	out.msgs = append(out.msgs, parsedMsg{rec: *rec, nccl: nccl, ev: p.ev})
-	m := &out.msgs[len(out.msgs)-1]
-	m.rec.Text = out.keep(text)
-	out.keepEvent(&m.ev)
+	out.msgs = append(out.msgs, parsedMsg{rec: *rec, nccl: nccl, ev: int32(len(out.evs)), tl: -1})
+	out.msgs[len(out.msgs)-1].rec.Text = out.keep(text)
+	out.evs = append(out.evs, p.ev)
+	out.keepEvent(&out.evs[len(out.evs)-1])
 }
 
 // Apply is the rest of Processor.Record for the records a Parser read:
-// the assembler and the tap get their NCCL events, in the records' place.
-// Telemetry reports false afterwards.
-func (p *Processor) Apply(pr *Parsed) {
+// the assembler and the tap get their NCCL events, in the records' place,
+// and tel (when not nil) each record's telemetry line after its events
+// (what Telemetry returns after Record). rec and tl are valid only during
+// the call. Telemetry reports false afterwards.
+func (p *Processor) Apply(pr *Parsed, tel func(rec *Record, tl *TelemetryLine)) {
 	p.Stats.Records += pr.records
 	p.Stats.Bytes += pr.bytes
 	p.telOK = false
 	for i := range pr.msgs {
 		m := &pr.msgs[i]
-		p.ev = m.ev
+		if m.tl >= 0 {
+			if tel != nil {
+				tel(&m.rec, &pr.tls[m.tl])
+			}
+			continue
+		}
+		p.ev = pr.evs[m.ev]
 		if p.took(&m.rec, m.nccl) {
 			p.take(&m.rec)
 		}

@@ -87,42 +87,65 @@ func (s *scanner) enableTelemetry() {
 // read scans one input. name is shown in errors and progress. Only the
 // lines around candidate tokens are decoded (pipeline.BlockScanner); each is
 // decoded on its own, so a partial CRI or Docker line is emitted as it is
-// rather than joined to an unrelated later candidate.
+// rather than joined to an unrelated later candidate. Each search goroutine
+// also decodes and parses the candidate lines it found, with its own
+// decoder and line parser (pipeline.Parser); this goroutine hands the
+// parsed records to the assemblers in input order (Processor.Apply), so
+// which goroutine read a line changes nothing.
 func (s *scanner) read(name string, r io.Reader, size int64) error {
 	s.input.Files = append(s.input.Files, name)
 	finder := &parsers.Finder{}
-	emit := s.proc.Record
+	newLines := func() *parsers.Lines { return &parsers.Lines{} }
+	var tel func(rec *pipeline.Record, tl *pipeline.TelemetryLine)
 	if s.telA != nil {
 		finder = parsers.NewTelemetryFinder()
-		emit = func(rec *pipeline.Record) {
-			s.proc.Record(rec)
-			if tl, ok := s.proc.Telemetry(); ok {
-				// Reports are per input file: runs and series do not
-				// continue from one file into the next.
-				s.telA.Add(name, rec.Meta, tl, rec.Time, pipeline.Source{Topic: name}, nil)
+		newLines = func() *parsers.Lines {
+			return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		}
+		tel = func(rec *pipeline.Record, tl *pipeline.TelemetryLine) {
+			// Reports are per input file: runs and series do not
+			// continue from one file into the next.
+			s.telA.Add(name, rec.Meta, tl, rec.Time, pipeline.Source{Topic: name}, nil)
+		}
+	}
+	var chunks sync.Pool // *parsedChunk, applied
+	newStep := func() func(*pipeline.Chunk) any {
+		dec := parsers.NewDecoder(s.dcfg)
+		pr := pipeline.NewParser(newLines(), s.telA != nil)
+		var out *parsedChunk
+		emit := func(rec *pipeline.Record) { pr.Parse(rec, &out.recs) }
+		return func(c *pipeline.Chunk) any {
+			out, _ = chunks.Get().(*parsedChunk)
+			if out == nil {
+				out = &parsedChunk{}
 			}
+			out.recs.Reset()
+			out.oversized, out.malformed = 0, 0
+			for _, line := range c.Lines {
+				if err := dec.Decode(line, emit); err != nil {
+					if errors.Is(err, parsers.ErrOversized) {
+						out.oversized++
+					} else {
+						out.malformed++
+					}
+				}
+				dec.Flush(emit)
+			}
+			return out
 		}
 	}
 	bs := pipeline.NewBlockScanner(r, finder, s.max)
-	var err error
-	if s.telA == nil {
-		err = s.readParallel(name, bs, size)
-	} else {
-		err = bs.Scan(func(line []byte, off int64) {
-			s.input.Candidates++
-			if err := s.dec.Decode(line, emit); err != nil {
-				if errors.Is(err, parsers.ErrOversized) {
-					s.input.Oversized++
-				} else {
-					s.input.Malformed++
-				}
-			}
-			s.dec.Flush(emit)
-			if s.prog != nil && s.input.Candidates&0x3ff == 0 {
-				s.prog.update(name, off, size)
-			}
-		})
-	}
+	err := bs.ScanPrepared(newStep, func(c *pipeline.Chunk, v any) {
+		out := v.(*parsedChunk)
+		s.input.Candidates += int64(len(c.Lines))
+		s.input.Oversized += out.oversized
+		s.input.Malformed += out.malformed
+		s.proc.Apply(&out.recs, tel)
+		chunks.Put(out) // its buffers serve a later chunk
+		if s.prog != nil && len(c.Offs) > 0 {
+			s.prog.update(name, c.Offs[len(c.Offs)-1], size)
+		}
+	})
 	s.input.Bytes += bs.Bytes
 	s.input.Oversized += bs.Oversized
 	if s.prog != nil {
@@ -137,56 +160,9 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 // parsedChunk is what a search goroutine made of a chunk's candidate
 // lines: their decoded, parsed records, in input order, and its counts.
 type parsedChunk struct {
-	recs       pipeline.Parsed
-	oversized  int64
-	malformed  int64
-	candidates int64
-}
-
-// readParallel is read without telemetry: each search goroutine also
-// decodes and parses the candidate lines it found, with its own decoder
-// and line parser (pipeline.Parser), and this goroutine hands the parsed
-// records to the assembler in input order. Every line is decoded on its
-// own (Flush after each) in both paths, so which decoder reads a line
-// changes nothing.
-func (s *scanner) readParallel(name string, bs *pipeline.BlockScanner, size int64) error {
-	var chunks sync.Pool // *parsedChunk, applied
-	newStep := func() func(*pipeline.Chunk) any {
-		dec := parsers.NewDecoder(s.dcfg)
-		pr := pipeline.NewParser(&parsers.Lines{})
-		var out *parsedChunk
-		emit := func(rec *pipeline.Record) { pr.Parse(rec, &out.recs) }
-		return func(c *pipeline.Chunk) any {
-			out, _ = chunks.Get().(*parsedChunk)
-			if out == nil {
-				out = &parsedChunk{}
-			}
-			out.recs.Reset()
-			out.oversized, out.malformed, out.candidates = 0, 0, int64(len(c.Lines))
-			for _, line := range c.Lines {
-				if err := dec.Decode(line, emit); err != nil {
-					if errors.Is(err, parsers.ErrOversized) {
-						out.oversized++
-					} else {
-						out.malformed++
-					}
-				}
-				dec.Flush(emit)
-			}
-			return out
-		}
-	}
-	return bs.ScanPrepared(newStep, func(c *pipeline.Chunk, v any) {
-		out := v.(*parsedChunk)
-		s.input.Candidates += out.candidates
-		s.input.Oversized += out.oversized
-		s.input.Malformed += out.malformed
-		s.proc.Apply(&out.recs)
-		chunks.Put(out) // its buffers serve a later chunk
-		if s.prog != nil && len(c.Offs) > 0 {
-			s.prog.update(name, c.Offs[len(c.Offs)-1], size)
-		}
-	})
+	recs      pipeline.Parsed
+	oversized int64
+	malformed int64
 }
 
 func (s *scanner) result() scanResult {
