@@ -1,7 +1,6 @@
 package parsers
 
 import (
-	"bytes"
 	"syscall"
 	"testing"
 	"time"
@@ -26,51 +25,4 @@ func loopCPU(b *testing.B, fn func()) {
 		fn()
 	}
 	b.ReportMetric(float64(CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// IndexFinder is the NCCL finder as it was before finderAnchors, one
-// bytes.Index pass per finder token: BenchmarkFinderMixed's baseline.
-type IndexFinder struct {
-	block []byte
-	next  [len(finderTokens)]int
-}
-
-// Reset starts a new block.
-func (f *IndexFinder) Reset(block []byte) {
-	f.block = block
-	for i := range f.next {
-		f.next[i] = -2
-	}
-}
-
-// Next is Finder.Next.
-func (f *IndexFinder) Next(from int) int {
-	best := -1
-	for i, tok := range finderTokens {
-		n := f.next[i]
-		if n == -1 {
-			continue
-		}
-		if n < from {
-			n = -1
-			for at := from; at < len(f.block); at++ {
-				j := bytes.Index(f.block[at:], tok)
-				if j < 0 {
-					break
-				}
-				if at += j; plausibleAt(i, f.block, at) {
-					n = at
-					break
-				}
-			}
-			f.next[i] = n
-			if n < 0 {
-				continue
-			}
-		}
-		if best < 0 || n < best {
-			best = n
-		}
-	}
-	return best
 }

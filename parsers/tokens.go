@@ -201,23 +201,7 @@ func (s *tokenSet) nextAnchor(b []byte, i int) int {
 
 // mask returns the set of tokens (bit i: s.toks[i]; at most 64) that
 // occur in b, each accepted by its check, from one pass over b.
-func (s *tokenSet) mask(b []byte) (m uint64) {
-	for i := 0; ; i++ {
-		i = s.nextAnchor(b, i)
-		if i < 0 {
-			return m
-		}
-		p := binary.LittleEndian.Uint16(b[i:])
-		for t := s.first(p); t >= 0; t = s.toks[t].next {
-			tk := &s.toks[t]
-			at := i - tk.off
-			if at >= 0 && at+len(tk.tok) <= len(b) && bytes.Equal(b[at:at+len(tk.tok)], tk.tok) &&
-				(tk.check == nil || tk.check(b, at)) {
-				m |= 1 << t
-			}
-		}
-	}
-}
+func (s *tokenSet) mask(b []byte) uint64 { return s.maskWithin(b, len(s.toks), 0, len(b)) }
 
 // maskWithin is mask of b for its first k tokens and, for the others, of
 // b[lo:hi] (only occurrences that lie wholly inside it count; their checks,
