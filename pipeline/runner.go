@@ -353,7 +353,7 @@ func (r *Runner) HoldsAssignment() bool { return r.assigned.Load() }
 type InputKind uint8
 
 const (
-	// InputMessage carries one record.
+	// InputMessage carries one record, or with Messages set a run of them.
 	InputMessage InputKind = iota
 	// InputAssigned says the source got Partitions; Ctx is done when the
 	// generation ends. The loop rebuilds its state and answers on Done.
@@ -368,8 +368,11 @@ const (
 // Input is what a source sends the run loop, in order: an assignment, its
 // records, its revocation.
 type Input struct {
-	Kind       InputKind
-	Message    Message
+	Kind    InputKind
+	Message Message
+	// Messages, when not nil, are records handled in order instead of
+	// Message: a source hands over what it fetched in one channel send.
+	Messages   []Message
 	Partitions []Partition
 	Ctx        context.Context
 	// Done, for assignments and revocations, gets the loop's answer; it
@@ -619,8 +622,21 @@ func (r *Runner) handle(ctx context.Context, x Input) error {
 			return err
 		}
 	default:
+		if x.Messages != nil {
+			return r.messages(ctx, x.Messages)
+		}
 		err := r.message(ctx, &x.Message)
 		if err != nil && fatal(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// messages processes records in order; a fatal error stops it.
+func (r *Runner) messages(ctx context.Context, ms []Message) error {
+	for i := range ms {
+		if err := r.message(ctx, &ms[i]); err != nil && fatal(err) {
 			return err
 		}
 	}

@@ -326,8 +326,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	// others, and serve returns that error once all have exited.
 	g, gctx := errgroup.WithContext(ctx)
 	// The source's queue into the run loop: bounded, so that a loop
-	// blocked on the sink stops the fetching (back-pressure).
-	in := make(chan pipeline.Input, cfg.Kafka.QueueCapacity)
+	// blocked on the sink stops the fetching (back-pressure). Records come
+	// in runs of up to a few hundred, and the source queues
+	// kafka.queue_capacity records itself: two inputs keep the loop fed
+	// without holding much more, and a revocation waits behind little.
+	in := make(chan pipeline.Input, 2)
 	g.Go(func() error {
 		retrying := func(err error) { log.Warn().Err(err).Msg("kafka: retrying") }
 		err := src.Emit(gctx, in, runner.Stopped(), retrying)

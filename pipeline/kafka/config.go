@@ -62,8 +62,8 @@ type Config struct {
 	// this is still returned whole (KIP-74).
 	MaxBytes int `yaml:"max_bytes"`
 	// MaxWait is how long the broker holds a fetch that has less than
-	// MinBytes. A partition reader stops only between fetches, so it also
-	// bounds how long a rebalance or a shutdown waits for the readers.
+	// MinBytes. A rebalance or a shutdown does not wait for it: the
+	// partition reader's connection is closed under the fetch.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// SessionTimeout is how long the coordinator waits for a heartbeat
 	// before it declares this member dead and rebalances.
@@ -107,8 +107,8 @@ func DefaultConfig() Config {
 		// 1 MiB per partition fetch, Kafka's own max.partition.fetch.bytes
 		// default: about a thousand Fluent Bit records.
 		MaxBytes: 1 << 20,
-		// 500 ms, Kafka's fetch.max.wait.ms default; it also bounds how long
-		// a rebalance or shutdown waits for a reader blocked in a fetch.
+		// 500 ms, Kafka's fetch.max.wait.ms default: an idle partition costs
+		// two fetches a second.
 		MaxWait: 500 * time.Millisecond,
 		// 45 s, Kafka's session.timeout.ms default since 3.0: a GC pause or a
 		// slow ClickHouse insert does not cost a rebalance, a dead process

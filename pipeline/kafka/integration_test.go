@@ -16,6 +16,10 @@ import (
 
 func TestIntegrationConsumeAll(t *testing.T) { testConsumeAll(t, realBrokers(t)) }
 
+func TestIntegrationBatchHandler(t *testing.T) { testConsumeAllWith(t, realBrokers(t), true) }
+
+func TestIntegrationEmit(t *testing.T) { testEmit(t, realBrokers(t)) }
+
 func TestIntegrationResumeAfterCommit(t *testing.T) { testResume(t, realBrokers(t)) }
 
 func TestIntegrationRebalance(t *testing.T) { testRebalance(t, realBrokers(t)) }

@@ -18,14 +18,27 @@ import (
 // testConsumeAll produces n keyed messages to a 3-partition topic and
 // consumes them with one group member: every message arrives exactly once,
 // in order within its partition, between Assigned and Revoked.
-func testConsumeAll(t *testing.T, brokers []string) {
+func testConsumeAll(t *testing.T, brokers []string) { testConsumeAllWith(t, brokers, false) }
+
+// testConsumeAllWith is testConsumeAll, with batch through a BatchHandler
+// that also checks its runs: consecutive records of one partition, none
+// longer than the queue, some longer than one.
+func testConsumeAllWith(t *testing.T, brokers []string, batch bool) {
 	const n = 300
 	topic := newTopic(t, brokers, 3)
 	produce(t, brokers, topic, 0, n)
 
-	src := mustSource(t, testConfig(brokers, topic, uniq("group")))
+	cfg := testConfig(brokers, topic, uniq("group"))
 	r := &recorder{t: t}
-	stop := run(t, src, r)
+	var h Handler = r
+	var b *batchRecorder
+	if batch {
+		cfg.QueueCapacity = 50
+		b = &batchRecorder{recorder: r}
+		h = b
+	}
+	src := mustSource(t, cfg)
+	stop := run(t, src, h)
 	waitFor(t, waitLong, "all messages", func() bool { return len(r.messages()) >= n })
 	time.Sleep(waitQuiet) // a duplicate would show up now
 	lag := src.Lag()
@@ -50,6 +63,13 @@ func testConsumeAll(t *testing.T, brokers []string) {
 	}
 	if got := src.Lag(); len(got) != 0 {
 		t.Errorf("Lag() after Run = %v; want empty", got)
+	}
+	if b != nil {
+		b.mu.Lock()
+		if longest := slices.Max(b.runs); longest > cfg.QueueCapacity || longest < 2 {
+			t.Errorf("longest run = %d; want 2..%d (the queue capacity)", longest, cfg.QueueCapacity)
+		}
+		b.mu.Unlock()
 	}
 	if got, want := r.eventLog(), []string{"assigned", "message", "revoked"}; !slices.Equal(got, want) {
 		t.Errorf("events = %v; want %v", got, want)
@@ -304,4 +324,83 @@ func testRebalance(t *testing.T, brokers []string) {
 		}
 	}
 	checkKeyOrder(t, rB.messages())
+}
+
+// testEmit consumes a 2-partition topic through Emit, answering as the run
+// loop does: every record reaches the loop once, with its high water mark,
+// and each partition's last record says it is the end (Offset+1 ==
+// HighWaterMark). Without the mark the loop never sees a partition read to
+// its end and holds commits at an open fold window forever (the stall of
+// the first fetch-in-runs version).
+func testEmit(t *testing.T, brokers []string) {
+	const n = 600
+	topic := newTopic(t, brokers, 2)
+	produce(t, brokers, topic, 0, n)
+	src := mustSource(t, testConfig(brokers, topic, uniq("group")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := make(chan pipeline.Input, 2)
+	stopped := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- src.Emit(ctx, in, stopped, nil) }()
+
+	var msgs []pipeline.Message
+	runs := 0
+	deadline := time.After(waitLong)
+loop:
+	for len(msgs) < n {
+		select {
+		case x, ok := <-in:
+			if !ok {
+				break loop
+			}
+			switch x.Kind {
+			case pipeline.InputAssigned, pipeline.InputRevoked:
+				x.Done <- nil
+			default:
+				if x.Messages != nil {
+					runs++
+					msgs = append(msgs, x.Messages...)
+				} else {
+					msgs = append(msgs, x.Message)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d records within %v", len(msgs), n, waitLong)
+		}
+	}
+	cancel()
+	// Drain until Emit closes in (the revocation waits for its answer).
+	for x := range in {
+		if x.Done != nil {
+			x.Done <- nil
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Emit = %v", err)
+	}
+	if len(msgs) != n {
+		t.Fatalf("%d records; want %d", len(msgs), n)
+	}
+	if runs == 0 {
+		t.Errorf("no record came in a run (Input.Messages)")
+	}
+	last := map[int32]pipeline.Message{}
+	for _, m := range msgs {
+		if m.HighWaterMark <= m.Offset {
+			t.Fatalf("%s/%d@%d: HighWaterMark = %d; want > offset", m.Topic, m.Partition, m.Offset, m.HighWaterMark)
+		}
+		if p, ok := last[m.Partition]; ok && m.Offset != p.Offset+1 {
+			t.Errorf("partition %d: offset %d after %d", m.Partition, m.Offset, p.Offset)
+		}
+		last[m.Partition] = m
+	}
+	if len(last) != 2 {
+		t.Errorf("records of %d partitions; want 2", len(last))
+	}
+	for p, m := range last {
+		if m.Offset+1 != m.HighWaterMark {
+			t.Errorf("partition %d: last record %d, HighWaterMark %d: not seen read to its end", p, m.Offset, m.HighWaterMark)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -31,10 +32,6 @@ var (
 )
 
 const (
-	// prefetch is how many messages each partition reader fetches ahead of
-	// the shared queue. It keeps a partition busy between fetches; the
-	// bound on memory is QueueCapacity + prefetch per assigned partition.
-	prefetch = 32
 	// joinBackoff is the pause after a failed group join. Joining is cheap,
 	// and a fresh broker's coordinator answers within a second or two.
 	joinBackoff = time.Second
@@ -111,6 +108,16 @@ type Handler interface {
 	Revoked(ctx context.Context, parts []Partition)
 }
 
+// BatchHandler is implemented by a Handler that takes the records of one
+// partition a run at a time (up to a few hundred consecutive ones, as they
+// were fetched): Run then calls Messages instead of Message, with the same
+// ordering and the same error and context rules. The slice and its
+// records are the handler's to keep.
+type BatchHandler interface {
+	Handler
+	Messages(ctx context.Context, ms []Message) error
+}
+
 // RetryObserver is implemented by a Handler that wants to hear of the
 // errors Run retries by itself: a group join that failed, a broker that
 // cannot be reached. Run calls Retrying from the same goroutine as the
@@ -130,13 +137,16 @@ type Source struct {
 	start  int64 // kafka.FirstOffset or kafka.LastOffset
 
 	mu      sync.Mutex
-	gen     *generation  // the current generation; nil between generations
-	queue   chan Message // the current generation's queue; nil between them
+	gen     *generation // the current generation; nil between generations
+	queue   chan chunk  // the current generation's queue; nil between them
 	lag     map[TopicPartition]int64
 	running bool
 	closed  bool
 	cancel  context.CancelFunc // stops the running Run
 	done    chan struct{}      // closed when the running Run returns
+	// queued counts the messages in queue (updated after a send and a
+	// receive, so it may be off by a chunk for a moment).
+	queued atomic.Int64
 }
 
 // generation is one assignment of partitions to this member.
@@ -301,15 +311,20 @@ func (s *Source) consume(ctx context.Context, cg *kafka.ConsumerGroup, kg *kafka
 			err = fmt.Errorf("kafka assigned: %w", err)
 		}
 	} else {
-		q := make(chan Message, s.cfg.QueueCapacity)
+		// The queue's bound is QueueCapacity messages: chunks of size
+		// messages, capacity/size of them.
+		size := min(chunkMax, s.cfg.QueueCapacity)
+		q := make(chan chunk, max(s.cfg.QueueCapacity/size, 1))
+		s.queued.Store(0)
 		s.mu.Lock()
 		s.queue = q
 		s.mu.Unlock()
 		for _, p := range parts {
 			readers.Add(1)
+			f := &fetcher{s: s, p: p, q: q, fatal: fatal, warn: warn, size: size}
 			go func() {
 				defer readers.Done()
-				s.read(gctx, p, q, fatal, warn)
+				f.run(gctx)
 			}()
 		}
 		err = s.deliver(gctx, q, fatal, warn, h, obs)
@@ -345,7 +360,8 @@ func (s *Source) consume(ctx context.Context, cg *kafka.ConsumerGroup, kg *kafka
 
 // deliver passes queued messages to the handler until the generation ends
 // or something fails.
-func (s *Source) deliver(ctx context.Context, q <-chan Message, fatal, warn <-chan error, h Handler, obs RetryObserver) error {
+func (s *Source) deliver(ctx context.Context, q <-chan chunk, fatal, warn <-chan error, h Handler, obs RetryObserver) error {
+	bh, _ := h.(BatchHandler)
 	for {
 		select {
 		case <-ctx.Done():
@@ -356,79 +372,40 @@ func (s *Source) deliver(ctx context.Context, q <-chan Message, fatal, warn <-ch
 			if obs != nil {
 				obs.Retrying(err)
 			}
-		case m := <-q:
+		case c := <-q:
+			s.queued.Add(-int64(len(c.msgs)))
 			// select picks at random among ready cases; a generation that
 			// ended must not deliver one more message.
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.observe(m)
-			if err := h.Message(ctx, m); err != nil {
-				if ctx.Err() != nil && isContextErr(err) {
+			s.observe(c.msgs[len(c.msgs)-1])
+			if bh != nil {
+				if err := bh.Messages(ctx, c.msgs); err != nil {
+					return deliveryError(ctx, c.msgs[0], err)
+				}
+				continue
+			}
+			for _, m := range c.msgs {
+				if err := h.Message(ctx, m); err != nil {
+					return deliveryError(ctx, m, err)
+				}
+				if ctx.Err() != nil {
 					return nil
 				}
-				return fmt.Errorf("kafka message %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 			}
 		}
 	}
 }
 
-// read fetches one partition into q until ctx is done. The reader's own
-// retries cover broker restarts and leader moves; errors that retrying
-// will not fix go to fatal (once), the others to warn (dropped when full:
-// the reader reports them again).
-func (s *Source) read(ctx context.Context, p Partition, q chan<- Message, fatal, warn chan<- error) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:       s.cfg.Brokers,
-		Topic:         p.Topic,
-		Partition:     int(p.Partition),
-		Dialer:        s.dialer,
-		QueueCapacity: prefetch,
-		MinBytes:      s.cfg.MinBytes,
-		MaxBytes:      s.cfg.MaxBytes,
-		MaxWait:       s.cfg.MaxWait,
-	})
-	defer r.Close()
-	off := p.CommittedOffset
-	if off < 0 {
-		off = s.start
+// deliveryError is Run's error for a handler that failed on m (or on the
+// run of messages starting with m): nil when the generation ended under
+// it.
+func deliveryError(ctx context.Context, m Message, err error) error {
+	if ctx.Err() != nil && isContextErr(err) {
+		return nil
 	}
-	if err := r.SetOffset(off); err != nil {
-		fatal <- fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
-		return
-	}
-	for {
-		km, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			err = fmt.Errorf("kafka fetch %s/%d: %w", p.Topic, p.Partition, err)
-			if permanent(err) {
-				fatal <- err
-				return
-			}
-			select {
-			case warn <- err:
-			default:
-			}
-			continue
-		}
-		m := Message{
-			Topic:         p.Topic,
-			Partition:     p.Partition,
-			Offset:        km.Offset,
-			Key:           km.Key,
-			Value:         km.Value,
-			Time:          km.Time,
-			HighWaterMark: km.HighWaterMark,
-		}
-		select {
-		case q <- m:
-		case <-ctx.Done():
-			return
-		}
-	}
+	return fmt.Errorf("kafka message %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 }
 
 // checkTopics fails with a permanent error when a broker says that one of
@@ -575,9 +552,7 @@ func (s *Source) Lag() map[TopicPartition]int64 {
 // QueueLen returns the number of fetched messages waiting for the handler
 // and the queue's capacity, for the metrics.
 func (s *Source) QueueLen() (length, capacity int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue), s.cfg.QueueCapacity
+	return int(max(s.queued.Load(), 0)), s.cfg.QueueCapacity
 }
 
 // Close stops a running Run and waits for it to return (Revoked is called,
@@ -635,7 +610,10 @@ var ErrLoopStopped = errors.New("run loop stopped")
 
 // Emit runs the source (see Run) as the run loop's source: its
 // assignments, records and revocations go to out, in order, as
-// pipeline.Inputs, and Emit closes out when it returns. An assignment and a
+// pipeline.Inputs, and Emit closes out when it returns. Records travel in
+// runs of one partition as they were fetched (Input.Messages, up to a few
+// hundred each), so out needs little capacity of its own: the source
+// already queues Config.QueueCapacity records. An assignment and a
 // revocation wait for the loop's answer (a revocation at most until its
 // deadline); stopped is the loop's Stopped channel, after which Emit stops
 // sending and returns. retrying, if set, hears of errors the source retries
@@ -658,6 +636,15 @@ func toPipeline(parts []Partition) []pipeline.Partition {
 		out[i] = pipeline.Partition{Topic: p.Topic, Partition: p.Partition, Committed: p.CommittedOffset}
 	}
 	return out
+}
+
+// toPipelineMessage is m as the run loop takes it. Both hand-offs (Message
+// and Messages) go through it: the loop needs every field, HighWaterMark
+// included (without it no partition is seen read to its end, and the
+// commits held at an open fold window are never released).
+func toPipelineMessage(m Message) pipeline.Message {
+	return pipeline.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value,
+		Time: m.Time, HighWaterMark: m.HighWaterMark}
 }
 
 // ask sends a control input and waits for the loop's answer, or for
@@ -688,10 +675,24 @@ func (e *emitter) Assigned(ctx context.Context, parts []Partition) error {
 }
 
 func (e *emitter) Message(ctx context.Context, m Message) error {
-	in := pipeline.Input{Kind: pipeline.InputMessage, Message: pipeline.Message{Topic: m.Topic, Partition: m.Partition,
-		Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time, HighWaterMark: m.HighWaterMark}}
+	in := pipeline.Input{Kind: pipeline.InputMessage, Message: toPipelineMessage(m)}
 	select {
 	case e.out <- in:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stopped:
+		return ErrLoopStopped
+	}
+}
+
+func (e *emitter) Messages(ctx context.Context, ms []Message) error {
+	pm := make([]pipeline.Message, len(ms))
+	for i, m := range ms {
+		pm[i] = toPipelineMessage(m)
+	}
+	select {
+	case e.out <- pipeline.Input{Kind: pipeline.InputMessage, Messages: pm}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ func TestConsumeAll(t *testing.T) { testConsumeAll(t, newFake(t)) }
 func TestResumeAfterCommit(t *testing.T) { testResume(t, newFake(t)) }
 
 func TestRebalance(t *testing.T) { testRebalance(t, newFake(t)) }
+
+func TestEmit(t *testing.T) { testEmit(t, newFake(t)) }
 
 // TestBackpressure blocks the handler with a one-message queue: nothing is
 // delivered meanwhile, delivery resumes when the handler does, and a
@@ -393,3 +396,28 @@ func TestGoroutinesExit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// batchRecorder is a recorder that takes runs of messages (BatchHandler).
+type batchRecorder struct {
+	*recorder
+	mu   sync.Mutex
+	runs []int
+}
+
+func (b *batchRecorder) Messages(ctx context.Context, ms []Message) error {
+	for i, m := range ms {
+		if m.Partition != ms[0].Partition || m.Offset != ms[0].Offset+int64(i) {
+			b.t.Errorf("run %v: %s/%d@%d is not the next record of the run's partition", i, m.Topic, m.Partition, m.Offset)
+		}
+		if err := b.recorder.Message(ctx, m); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	b.runs = append(b.runs, len(ms))
+	b.mu.Unlock()
+	return nil
+}
+
+// TestBatchHandler consumes through a BatchHandler (the run loop's way).
+func TestBatchHandler(t *testing.T) { testConsumeAllWith(t, newFake(t), true) }
