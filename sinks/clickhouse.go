@@ -498,16 +498,24 @@ var tables = []table{
 			"pod", "container", "node", "host", "pid", "dev", "rank", "kind", "warn", "text"},
 		rows: func(b *pipeline.Batch) int { return len(b.Events) },
 		append: func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
-			for i := range b.Events {
-				e := &b.Events[i]
-				if err := d.Append(e.Source.Topic, e.Source.Partition, e.Source.Offset, e.Source.Line,
-					clampTime(e.Time), e.Job, e.Namespace, e.Cluster, e.Pod, e.Container, e.Node, e.Host, e.PID,
-					int16(clamp(e.Dev, -1<<15, 1<<15-1)), int32(clamp(e.Rank, -1<<31, 1<<31-1)),
-					e.Kind, b2u(e.Warn), capText(e.Line, cfg.MaxLineBytes)); err != nil {
-					return err
-				}
-			}
-			return nil
+			ev := b.Events
+			c := newColumns(d, len(ev))
+			sourceColumns(c, func(j int) *pipeline.Source { return &ev[j].Source })
+			col(c, func(j int) time.Time { return clampTime(ev[j].Time) })
+			col(c, func(j int) string { return ev[j].Job })
+			col(c, func(j int) string { return ev[j].Namespace })
+			col(c, func(j int) string { return ev[j].Cluster })
+			col(c, func(j int) string { return ev[j].Pod })
+			col(c, func(j int) string { return ev[j].Container })
+			col(c, func(j int) string { return ev[j].Node })
+			col(c, func(j int) string { return ev[j].Host })
+			col(c, func(j int) string { return ev[j].PID })
+			col(c, func(j int) int16 { return int16(clamp(ev[j].Dev, -1<<15, 1<<15-1)) })
+			col(c, func(j int) int32 { return int32(clamp(ev[j].Rank, -1<<31, 1<<31-1)) })
+			col(c, func(j int) string { return ev[j].Kind })
+			col(c, func(j int) uint8 { return b2u(ev[j].Warn) })
+			col(c, func(j int) string { return capText(ev[j].Line, cfg.MaxLineBytes) })
+			return c.done()
 		},
 		key: func(b *pipeline.Batch, h io.Writer) {
 			for i := range b.Events {
@@ -593,6 +601,55 @@ var tables = []table{
 			}
 		},
 	},
+}
+
+// columns appends a batch one column at a time (clickhouse-go's columnar
+// Append): one typed slice per column instead of a row of interface values
+// per row, which boxed most cells (an allocation each) and type-switched on
+// every one; issue 9 measured the row-wise training_steps append at two
+// thirds of the insert CPU. Columns go in the table's column order.
+type columns struct {
+	d   driver.Batch
+	n   int // rows
+	i   int // next column
+	err error
+}
+
+func newColumns(d driver.Batch, rows int) *columns { return &columns{d: d, n: rows} }
+
+// col appends the next column, v(j) being row j's value.
+func col[T any](c *columns, v func(j int) T) {
+	if c.err != nil {
+		return
+	}
+	vals := make([]T, c.n)
+	for j := range vals {
+		vals[j] = v(j)
+	}
+	if err := c.d.Column(c.i).Append(vals); err != nil {
+		c.err = fmt.Errorf("column %d: %w", c.i, err)
+	}
+	c.i++
+}
+
+// sourceColumns appends topic, partition, offset and line.
+func sourceColumns(c *columns, src func(j int) *pipeline.Source) {
+	col(c, func(j int) string { return src(j).Topic })
+	col(c, func(j int) int32 { return src(j).Partition })
+	col(c, func(j int) int64 { return src(j).Offset })
+	col(c, func(j int) int32 { return src(j).Line })
+}
+
+// done returns the first error, or one when the columns appended are not
+// the batch's columns.
+func (c *columns) done() error {
+	if c.err != nil {
+		return c.err
+	}
+	if n := len(c.d.Columns()); c.i != n {
+		return fmt.Errorf("%d columns appended; the insert has %d", c.i, n)
+	}
+	return nil
 }
 
 func writeSource(h io.Writer, s pipeline.Source) {

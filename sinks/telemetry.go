@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -21,17 +22,32 @@ var telemetryTables = []table{
 			"samples_per_s", "it_per_s", "tflops", "mfu", "loss"},
 		rows: func(b *pipeline.Batch) int { return len(b.Steps) },
 		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
-			for i := range b.Steps {
-				s := &b.Steps[i]
-				if err := d.Append(s.Source.Topic, s.Source.Partition, s.Source.Offset, s.Source.Line, clampTime(s.Time),
-					s.Job, s.Namespace, s.Cluster, s.Pod, s.Node, s.Pool, s.Model, s.Framework, s.Kind,
-					int32(clamp(s.Rank, -1<<31, 1<<31-1)), s.Step, uint32(clamp(s.Ranks, 1, 1<<32-1)), s.Network, s.NetworkClass, nullF(s.StepTime),
-					nullF(s.TokensPerS), nullF(s.SamplesPerS), nullF(s.ItPerS), nullF(s.TFLOPs), nullF(s.MFU),
-					nullF(s.Loss)); err != nil {
-					return err
-				}
-			}
-			return nil
+			st := b.Steps
+			c := newColumns(d, len(st))
+			sourceColumns(c, func(j int) *pipeline.Source { return &st[j].Source })
+			col(c, func(j int) time.Time { return clampTime(st[j].Time) })
+			col(c, func(j int) string { return st[j].Job })
+			col(c, func(j int) string { return st[j].Namespace })
+			col(c, func(j int) string { return st[j].Cluster })
+			col(c, func(j int) string { return st[j].Pod })
+			col(c, func(j int) string { return st[j].Node })
+			col(c, func(j int) string { return st[j].Pool })
+			col(c, func(j int) string { return st[j].Model })
+			col(c, func(j int) string { return st[j].Framework })
+			col(c, func(j int) string { return st[j].Kind })
+			col(c, func(j int) int32 { return int32(clamp(st[j].Rank, -1<<31, 1<<31-1)) })
+			col(c, func(j int) int64 { return st[j].Step })
+			col(c, func(j int) uint32 { return uint32(clamp(st[j].Ranks, 1, 1<<32-1)) })
+			col(c, func(j int) string { return st[j].Network })
+			col(c, func(j int) string { return st[j].NetworkClass })
+			col(c, func(j int) *float64 { return nullFP(&st[j].StepTime) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].TokensPerS) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].SamplesPerS) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].ItPerS) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].TFLOPs) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].MFU) })
+			col(c, func(j int) *float64 { return nullFP(&st[j].Loss) })
+			return c.done()
 		},
 		// A row is written again as its count grows (pipeline.
 		// TrainingStep.Ranks): the count is part of its identity here, or
@@ -83,6 +99,14 @@ func nullF(v float64) *float64 {
 		return nil
 	}
 	return &v
+}
+
+// nullFP is nullF without a copy: p itself, or nil for NaN and infinities.
+func nullFP(p *float64) *float64 {
+	if math.IsNaN(*p) || math.IsInf(*p, 0) {
+		return nil
+	}
+	return p
 }
 
 // nullInt stores a negative count (unknown) as NULL.
