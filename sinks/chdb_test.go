@@ -527,21 +527,12 @@ func TestChDB(t *testing.T) {
 	}
 	// The cookbook, with cookbook()'s answers (the ones 18.16 gives).
 	want := cookbook(fl)
-	files, err := filepath.Glob(filepath.Join("..", "deploy", "clickhouse", "queries", "*.sql"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no cookbook queries: %v", err)
-	}
-	for _, path := range files {
-		sql, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := filepath.Base(path)
-		w, ok := want[name]
+	for _, q := range cookbookQueries(t) {
+		w, ok := want[q.name]
 		if !ok {
-			t.Fatalf("%s has no expected result in cookbook()", name)
+			t.Fatalf("%s has no expected result in cookbook()", q.name)
 		}
-		checks = append(checks, check{what: "cookbook " + name, sql: strings.TrimRight(strings.TrimSpace(string(sql)), ";"), want: w})
+		checks = append(checks, check{what: "cookbook " + q.name, sql: strings.TrimRight(strings.TrimSpace(q.sql), ";"), want: w})
 	}
 	// README's SQL: the socket fallbacks of the last day.
 	readme := readmeSQL(t)

@@ -40,11 +40,7 @@ func newTestClickHouse(t *testing.T) *ClickHouse {
 	t.Helper()
 	cfg := DefaultClickHouseConfig()
 	cfg.Addr = []string{testAddr(t)}
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Database = "ncclwatch_test_" + hex.EncodeToString(r[:])
+	cfg.Database = testDatabase(t)
 	c, err := NewClickHouse(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("NewClickHouse(%s) = %v", cfg.Addr[0], err)
@@ -58,6 +54,16 @@ func newTestClickHouse(t *testing.T) *ClickHouse {
 		c.Close()
 	})
 	return c
+}
+
+// testDatabase is a database name of the test's own.
+func testDatabase(t *testing.T) string {
+	t.Helper()
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "ncclwatch_test_" + hex.EncodeToString(r[:])
 }
 
 func migrated(t *testing.T) *ClickHouse {

@@ -2,10 +2,7 @@ package sinks
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,11 +26,7 @@ func TestClusterCookbook(t *testing.T) {
 	}
 	cfg := DefaultClickHouseConfig()
 	cfg.Addr, cfg.Cluster = addrs, name
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Database = "ncclwatch_test_" + hex.EncodeToString(r[:])
+	cfg.Database = testDatabase(t)
 	c, err := NewClickHouse(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("NewClickHouse(%v) = %v", addrs, err)
@@ -66,17 +59,9 @@ func TestClusterCookbook(t *testing.T) {
 	}
 
 	want := cookbook(f)
-	files, err := filepath.Glob(filepath.Join("..", "deploy", "clickhouse", "queries", "*.sql"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no cookbook queries: %v", err)
-	}
-	for _, path := range files {
-		sql, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := filepath.Base(path)
-		got, err := queryTable(t, c, string(sql))
+	for _, cq := range cookbookQueries(t) {
+		q := cq.name
+		got, err := queryTable(t, c, cq.sql)
 		if err != nil {
 			t.Errorf("cookbook %s through the cluster: %v", q, err)
 			continue

@@ -281,28 +281,43 @@ func cookbook(f fleet) map[string][]string {
 	}
 }
 
-func TestCookbook(t *testing.T) {
-	c, f := seeded(t)
-	want := cookbook(f)
+// cookbookQuery is one file of deploy/clickhouse/queries.
+type cookbookQuery struct{ name, sql string }
+
+// cookbookQueries reads the cookbook's queries, in file name order; none
+// fails the test.
+func cookbookQueries(t *testing.T) []cookbookQuery {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "deploy", "clickhouse", "queries", "*.sql"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no cookbook queries: %v", err)
 	}
-	for _, path := range files {
-		name := filepath.Base(path)
+	qs := make([]cookbookQuery, len(files))
+	for i, path := range files {
+		sql, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs[i] = cookbookQuery{name: filepath.Base(path), sql: string(sql)}
+	}
+	return qs
+}
+
+func TestCookbook(t *testing.T) {
+	c, f := seeded(t)
+	want := cookbook(f)
+	queries := cookbookQueries(t)
+	for _, q := range queries {
+		name, sql := q.name, q.sql
 		t.Run(name, func(t *testing.T) {
-			sql, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(string(sql), "-- ") {
+			if !strings.HasPrefix(sql, "-- ") {
 				t.Errorf("%s does not start with a comment saying what it answers", name)
 			}
 			w, ok := want[name]
 			if !ok {
 				t.Fatalf("%s has no expected result in cookbook(): every query is tested", name)
 			}
-			got, err := queryTable(t, c, string(sql))
+			got, err := queryTable(t, c, sql)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -311,7 +326,7 @@ func TestCookbook(t *testing.T) {
 			}
 		})
 	}
-	if len(files) != len(want) {
-		t.Errorf("%d queries, %d expected results: a query file is missing", len(files), len(want))
+	if len(queries) != len(want) {
+		t.Errorf("%d queries, %d expected results: a query file is missing", len(queries), len(want))
 	}
 }
