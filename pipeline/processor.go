@@ -99,19 +99,24 @@ const maxMessagesPerLine = 64
 // starting at i.
 func (p *Processor) messages(rec *Record, i int) {
 	part := *rec
-	text := rec.Text
-	for n := 1; n < maxMessagesPerLine && i > 0; n++ {
-		part.Text = text[:i]
+	splitMessages(p.split, rec.Text, i, func(msg []byte) {
+		part.Text = msg
 		if p.classify(&part) {
 			p.take(&part)
 		}
+	})
+}
+
+// splitMessages calls fn with each message of a line whose second message
+// starts at i (split.NextMessage(text) > 0), at most maxMessagesPerLine;
+// the rest of a longer line is its last message.
+func splitMessages(split MessageSplitter, text []byte, i int, fn func(msg []byte)) {
+	for n := 1; n < maxMessagesPerLine && i > 0; n++ {
+		fn(text[:i])
 		text = text[i:]
-		i = p.split.NextMessage(text)
+		i = split.NextMessage(text)
 	}
-	part.Text = text
-	if p.classify(&part) {
-		p.take(&part)
-	}
+	fn(text)
 }
 
 // Telemetry returns the telemetry line of the last record passed to
@@ -258,19 +263,13 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 // messages appends rec's messages, whose line's first verdict (in p.ev) is
 // nccl: the line, or each message glued in it (Processor.messages).
 func (p *Parser) messages(out *Parsed, rec *Record, nccl bool) {
-	text := rec.Text
 	if nccl && p.split != nil {
-		if i := p.split.NextMessage(text); i > 0 {
-			for n := 1; n < maxMessagesPerLine && i > 0; n++ {
-				p.message(out, rec, text[:i])
-				text = text[i:]
-				i = p.split.NextMessage(text)
-			}
-			p.message(out, rec, text)
+		if i := p.split.NextMessage(rec.Text); i > 0 {
+			splitMessages(p.split, rec.Text, i, func(msg []byte) { p.message(out, rec, msg) })
 			return
 		}
 	}
-	p.add(out, rec, text, nccl)
+	p.add(out, rec, rec.Text, nccl)
 }
 
 // message classifies text, a message of rec's line.

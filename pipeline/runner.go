@@ -209,6 +209,8 @@ type RunnerDeps struct {
 	Now     func() time.Time
 }
 
+// partKey is a partition of a topic: the run loop's and the telemetry
+// folding's key.
 type partKey struct {
 	topic string
 	part  int32

@@ -392,17 +392,10 @@ type TelemetryAssembler struct {
 	inv   *Inventory
 	jobs  map[string]*telJob
 	clock uint64 // Add count: recency for eviction without reading the time
-	folds map[foldPart]*partFold
+	folds map[partKey]*partFold
 	// open are the nccl-tests runs begun in each partition that may still
 	// get rows: offsets are not committed past their first line (Hold).
-	open map[foldPart][]*testRun
-}
-
-// foldPart is a Kafka partition, the unit training_steps rows are folded
-// in.
-type foldPart struct {
-	topic string
-	part  int32
+	open map[partKey][]*testRun
 }
 
 // partFold is one partition's open fold window: the rows of step lines
@@ -458,8 +451,8 @@ type openRow struct {
 // NewTelemetryAssembler returns an assembler; cfg must be valid. inv, when
 // not nil, names the pool of a pod's node when no pool label does.
 func NewTelemetryAssembler(cfg TelemetryAssemblerConfig, inv *Inventory) *TelemetryAssembler {
-	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}, folds: map[foldPart]*partFold{},
-		open: map[foldPart][]*testRun{}}
+	return &TelemetryAssembler{cfg: cfg, inv: inv, jobs: map[string]*telJob{}, folds: map[partKey]*partFold{},
+		open: map[partKey][]*testRun{}}
 }
 
 type telJob struct {
@@ -589,7 +582,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 		before := j.current()
 		j.test(tl, src, a.cfg)
 		if cur := j.current(); out != nil && cur != before && cur != nil {
-			pk := foldPart{src.Topic, src.Partition}
+			pk := partKey{src.Topic, src.Partition}
 			a.open[pk] = append(a.open[pk], cur)
 		}
 		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {
@@ -776,7 +769,7 @@ func (j *telJob) setNetwork(name string) {
 // written, the most complete. The job's NCCL network at the row's first
 // line is the one part that comes from outside the partition.
 func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
-	pk := foldPart{src.Topic, src.Partition}
+	pk := partKey{src.Topic, src.Partition}
 	w := src.Offset / a.cfg.FoldRecords
 	pf := a.folds[pk]
 	if pf == nil || pf.window != w {
@@ -834,7 +827,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 // header again. next is the partition's next offset: a window is complete
 // (and dropped) once next is past its end.
 func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, bool) {
-	pk := foldPart{topic, part}
+	pk := partKey{topic, part}
 	hold, ok := int64(0), false
 	if pf := a.folds[pk]; pf != nil {
 		if next/a.cfg.FoldRecords != pf.window {
@@ -868,8 +861,8 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 // it only when it has read everything the partition holds and nothing new
 // came for a while, the one point where folding depends on timing.
 func (a *TelemetryAssembler) CloseFolds(topic string, part int32) {
-	delete(a.folds, foldPart{topic, part})
-	delete(a.open, foldPart{topic, part})
+	delete(a.folds, partKey{topic, part})
+	delete(a.open, partKey{topic, part})
 }
 
 func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) TrainingStep {
