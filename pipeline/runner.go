@@ -103,10 +103,13 @@ type RunnerConfig struct {
 	// FoldIdle: a partition read to its end (its last record was at the
 	// high water mark) that got nothing new for this long has its open
 	// training_steps fold window closed, so that its offsets are committed
-	// to the end (Telemetry.FoldRecords holds them back otherwise). 5 s:
-	// the ranks of a job print one step within a second of one another,
-	// so a longer silence ends the step; a partition still being read
-	// never closes a window early, however long it is.
+	// to the end (Telemetry.FoldRecords holds them back otherwise). 1 s:
+	// the ranks of a job print one step within milliseconds of one
+	// another and their shippers flush every second, so a longer silence
+	// at the partition's end ends the step (a copy later still is counted
+	// once, in a row of its own); it is also the record-to-commit tail at
+	// the end of a burst. A partition still being read never closes a
+	// window early, however long it is.
 	FoldIdle  time.Duration   `yaml:"fold_idle"`
 	Assembler AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
@@ -127,7 +130,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		MaxBackoff:      5 * time.Second,
 		SinkTimeout:     5 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
-		FoldIdle:        5 * time.Second,
+		FoldIdle:        time.Second,
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
@@ -427,7 +430,14 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 				return err
 			}
 		case <-tick.C:
-			if r.flying != nil || r.deps.Now().Sub(r.last) < r.cfg.Batch.MaxWait {
+			if r.flying != nil {
+				continue
+			}
+			// On time, or at once when a partition whose commit an open
+			// fold window holds has turned quiet at its end: its commit
+			// waits for nothing else (record-to-commit latency at the end
+			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
+			if now := r.deps.Now(); now.Sub(r.last) < r.cfg.Batch.MaxWait && !r.foldReleasable(now) {
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -749,6 +759,9 @@ type partState struct {
 	seen  time.Time // when it was delivered
 	atEnd bool      // it was the partition's last record when fetched
 	held  bool      // the last commit stopped short of next
+	// foldHeld: the last commit stopped at the first line of an open
+	// training_steps fold window (not at a partial line).
+	foldHeld bool
 }
 
 // quiet reports whether the partition was read to its end and got
@@ -762,6 +775,19 @@ func (p *partState) quiet(now time.Time, idle time.Duration) bool {
 func (r *Runner) releasable(now time.Time) bool {
 	for _, ps := range r.parts {
 		if ps.held && ps.quiet(now, r.cfg.FoldIdle) {
+			return true
+		}
+	}
+	return false
+}
+
+// foldReleasable reports whether a partition whose commit an open fold
+// window held back is quiet now: a flush closes the window and commits to
+// the end. A partition held by a partial line alone does not count: its
+// hold stays whatever the flush.
+func (r *Runner) foldReleasable(now time.Time) bool {
+	for _, ps := range r.parts {
+		if ps.foldHeld && ps.quiet(now, r.cfg.FoldIdle) {
 			return true
 		}
 	}
@@ -1007,11 +1033,12 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 		}
 		// Not past the first line of an open training_steps row: a replay
 		// from the commit must fold the same lines into it.
+		ps.foldHeld = false
 		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
 			if ps.quiet(now, r.cfg.FoldIdle) {
 				r.tel.CloseFolds(k.topic, k.part)
 			} else if h < c {
-				c = h
+				c, ps.foldHeld = h, true
 			}
 		}
 		ps.held = c < next
