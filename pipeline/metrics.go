@@ -29,6 +29,8 @@ type Metrics struct {
 	SinkHealthy    prometheus.Gauge // 0 while a batch has not been stored for pipeline.sink_timeout
 	SourceQueue    prometheus.Gauge // records fetched, waiting for the runner
 	SourceQueueCap prometheus.Gauge
+	ParseQueue     prometheus.Gauge // parse jobs (runs of records) sent to the parse workers, not applied yet
+	ParseQueueCap  prometheus.Gauge
 	InvalidUTF8    prometheus.Counter // JSON text repaired by the decoder
 }
 
@@ -59,11 +61,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SinkHealthy:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_sink_healthy", Help: "0 while the sink has not stored a batch within pipeline.sink_timeout, else 1."}),
 		SourceQueue:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_length", Help: "Fetched Kafka records waiting for the runner."}),
 		SourceQueueCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_source_queue_capacity", Help: "Capacity of the fetched-records queue."}),
+		ParseQueue:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_parse_queue_length", Help: "Runs of records handed to the parse workers and not applied yet."}),
+		ParseQueueCap:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_parse_queue_capacity", Help: "Runs of records the parse workers may hold (pipeline.parse_workers x 2; 0 when parsing is inline)."}),
 		InvalidUTF8: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_decoder_invalid_utf8_total",
 			Help: "Lines (and metadata values) of JSON records whose invalid UTF-8 was replaced by U+FFFD; the record is kept."}),
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.RebuildErrors, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.InvalidUTF8)
+		m.Rebuilds, m.RebuiltEvents, m.RebuildErrors, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.ParseQueue, m.ParseQueueCap, m.InvalidUTF8)
 	return m
 }

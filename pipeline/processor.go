@@ -166,6 +166,10 @@ type Parsed struct {
 	arena          []byte          // the copied bytes
 }
 
+// len returns the number of messages p holds; taken after a record was
+// parsed, it marks where the record's messages end (Processor.applyRange).
+func (p *Parsed) len() int { return len(p.msgs) }
+
 // Reset empties p for reuse, keeping its buffers: what it held before is
 // no longer valid.
 func (p *Parsed) Reset() {
@@ -298,8 +302,15 @@ func (p *Parser) add(out *Parsed, rec *Record, text []byte, nccl bool) {
 func (p *Processor) Apply(pr *Parsed, tel func(rec *Record, tl *TelemetryLine)) {
 	p.Stats.Records += pr.records
 	p.Stats.Bytes += pr.bytes
+	p.applyRange(pr, 0, pr.len(), tel)
+}
+
+// applyRange is Apply for pr's messages from to to (pr.len marks taken
+// between the records a Parser read), without counting Stats.Records and
+// Stats.Bytes.
+func (p *Processor) applyRange(pr *Parsed, from, to int, tel func(rec *Record, tl *TelemetryLine)) {
 	p.telOK = false
-	for i := range pr.msgs {
+	for i := from; i < to; i++ {
 		m := &pr.msgs[i]
 		if m.tl >= 0 {
 			if tel != nil {

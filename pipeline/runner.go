@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -110,11 +111,27 @@ type RunnerConfig struct {
 	// once, in a row of its own); it is also the record-to-commit tail at
 	// the end of a burst. A partition still being read never closes a
 	// window early, however long it is.
-	FoldIdle  time.Duration   `yaml:"fold_idle"`
-	Assembler AssemblerConfig `yaml:"assembler"`
+	FoldIdle time.Duration `yaml:"fold_idle"`
+	// ParseWorkers is how many goroutines of Run decode and parse records
+	// (the prefilter, the envelope, the line parser) beside the loop,
+	// which applies what they parsed in input order (assembly, telemetry
+	// folding, batches, commits); each partition is parsed by one of them,
+	// in offset order. 0 or 1 parse on the loop itself. The default is
+	// GOMAXPROCS, at most 4: parsing is about two thirds of a record's
+	// CPU, so beyond a few workers the loop is the limit.
+	ParseWorkers int             `yaml:"parse_workers"`
+	Assembler    AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
 	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
+
+// maxDefaultParseWorkers caps the default of RunnerConfig.ParseWorkers,
+// maxParseWorkers the value: the loop applies what every worker parsed, so
+// more workers than cores only add hand-offs.
+const (
+	maxDefaultParseWorkers = 4
+	maxParseWorkers        = 64
+)
 
 // DefaultRunnerConfig returns the defaults documented on each field.
 func DefaultRunnerConfig() RunnerConfig {
@@ -131,6 +148,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		SinkTimeout:     5 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
 		FoldIdle:        time.Second,
+		ParseWorkers:    min(runtime.GOMAXPROCS(0), maxDefaultParseWorkers),
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
@@ -166,6 +184,9 @@ func (c RunnerConfig) Validate() error {
 	if c.FoldIdle <= 0 {
 		errs = append(errs, errors.New("pipeline.fold_idle: must be > 0"))
 	}
+	if c.ParseWorkers < 0 || c.ParseWorkers > maxParseWorkers {
+		errs = append(errs, fmt.Errorf("pipeline.parse_workers: must be between 0 and %d", maxParseWorkers))
+	}
 	if err := c.Assembler.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -189,14 +210,20 @@ type RunnerDeps struct {
 	// rows go into Batch.Steps and Batch.TestRuns (the Candidate prefilter
 	// must pass them: parsers.Prefilter(true)).
 	Classifier Classifier
-	Candidate  func([]byte) bool // the prefilter; nil passes everything
-	Sink       Consumer
-	Committer  Committer
-	Loader     EventLoader
-	Inventory  *Inventory
-	Metrics    *Metrics
-	Logger     zerolog.Logger
-	Tracer     trace.Tracer
+	// NewClassifier makes a line parser like Classifier for each parse
+	// worker (RunnerConfig.ParseWorkers; a Classifier is not safe for
+	// concurrent use). Without it Run parses on the loop.
+	NewClassifier func() Classifier
+	// Candidate is the prefilter; nil passes everything. With parse
+	// workers it is called from several goroutines at once.
+	Candidate func([]byte) bool
+	Sink      Consumer
+	Committer Committer
+	Loader    EventLoader
+	Inventory *Inventory
+	Metrics   *Metrics
+	Logger    zerolog.Logger
+	Tracer    trace.Tracer
 
 	// NewAssembler builds the communicator/job assembler
 	// (assemble.Factory); required. The runner calls it at start and when
@@ -244,14 +271,18 @@ type Runner struct {
 	telDirty map[string]bool      // jobs with telemetry lines since the last flush
 	touched  map[string]time.Time // processing time a job last got an event
 	offsets  map[partKey]int64    // next offsets covered by the open batch
-	decoders map[partKey]Decoder  // one per partition: partial lines join within it
+	dec      *recordDecoder       // the inline path's decoders, one per partition: partial lines join within it
+	sampler  Decoder              // decodes the activity samples
 	pending  map[partKey]int64    // offset of the first piece of a partition's partial line
 	parts    map[partKey]*partState
 	namer    JobNamer
-	meta     Meta
-	cur      *Message
-	curNow   time.Time // processing time of cur: one clock read per record, not per line
-	line     int32
+	curNow   time.Time // processing time of the record at hand: one clock read per record, not per line
+	linef    func(*Record)
+	foldf    func(*Record, *TelemetryLine)
+	// resets counts reset calls: a parse job carries the count it was sent
+	// under, and a worker drops its decoders when it changed.
+	resets uint64
+	pool   *parsePool // Run's parse workers; nil: parsing is inline
 	// The job key (JobKey) of the last telemetry line's job, kept so that
 	// the lines of one job build it once.
 	keyMeta  [3]string
@@ -296,7 +327,8 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 	}
 	r := &Runner{cfg: cfg, deps: deps, log: deps.Logger, namer: JobNamer{Labels: cfg.JobLabels},
 		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{},
-		stopped: make(chan struct{})}
+		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps)}
+	r.linef, r.foldf = r.line, r.fold
 	r.reset()
 	r.last = deps.Now()
 	if m := deps.Metrics; m != nil {
@@ -319,7 +351,9 @@ func (r *Runner) reset() {
 	r.dirty = map[string]bool{}
 	r.telDirty = map[string]bool{}
 	r.touched = map[string]time.Time{}
-	r.decoders = map[partKey]Decoder{}
+	r.dec.reset()
+	r.sampler = nil
+	r.resets++
 	r.pending = map[partKey]int64{}
 	r.parts = map[partKey]*partState{}
 	r.jobs.Store(0)
@@ -413,16 +447,34 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 		stopWatch()
 		<-watched
 	}()
+	if n := r.cfg.ParseWorkers; n > 1 && r.deps.NewClassifier != nil {
+		r.pool = newParsePool(r, n)
+		defer func() {
+			r.pool.stop()
+			r.pool = nil
+		}()
+	}
 
 	tick := time.NewTicker(max(r.cfg.Batch.MaxWait/4, time.Millisecond))
 	defer tick.Stop()
 	for {
+		inputs := in
+		if r.pool.full() {
+			inputs = nil // the workers hold enough: back-pressure to the source
+		}
 		select {
-		case x, ok := <-in:
+		case x, ok := <-inputs:
 			if !ok {
+				if err := r.drainParsed(ctx); err != nil {
+					return err
+				}
 				return r.Drain()
 			}
 			if err := r.handle(ctx, x); err != nil {
+				return err
+			}
+		case <-r.pool.headDone():
+			if err := r.applyHead(ctx); err != nil {
 				return err
 			}
 		case err := <-r.flightDone():
@@ -618,8 +670,22 @@ func (r *Runner) abandon() {
 // drops it at the revocation).
 func fatal(err error) bool { return IsPermanent(err) }
 
-// handle is one step of the loop.
+// handle is one step of the loop. With parse workers, records are sent
+// to them, and an assignment or revocation waits until every record before
+// it was applied.
 func (r *Runner) handle(ctx context.Context, x Input) error {
+	if r.pool != nil {
+		if x.Kind == InputMessage {
+			ms := x.Messages
+			if ms == nil {
+				ms = []Message{x.Message}
+			}
+			return r.dispatch(ctx, ms)
+		}
+		if err := r.applyAll(ctx); err != nil {
+			return err
+		}
+	}
 	switch x.Kind {
 	case InputAssigned:
 		err := r.Assigned(x.Ctx, x.Partitions)
@@ -698,8 +764,21 @@ func (r *Runner) watch(ctx context.Context) {
 func (r *Runner) Message(ctx context.Context, m Message) error { return r.message(ctx, &m) }
 
 func (r *Runner) message(ctx context.Context, m *Message) error {
+	k, err := r.admit(m)
+	if err != nil {
+		return err
+	}
+	out, lines, pending, derr := r.dec.record(m, k, r.linef)
+	r.settleRecord(m, k, out, lines, pending, derr)
+	return r.admitted(ctx)
+}
+
+// admit does the bookkeeping of a record before its lines are applied:
+// the counters, the offsets the open batch covers, the partition's state,
+// the processing time.
+func (r *Runner) admit(m *Message) (partKey, error) {
 	if r.draining {
-		return errors.New("runner: draining")
+		return partKey{}, errors.New("runner: draining")
 	}
 	r.records.Add(1)
 	if mt := r.deps.Metrics; mt != nil {
@@ -714,21 +793,25 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 		r.parts[k] = ps
 	}
 	now := r.deps.Now()
+	r.curNow = now
 	ps.next, ps.seen = m.Offset+1, now
 	ps.atEnd = m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
-	switch {
-	case len(m.Value) > r.cfg.MaxRecordBytes:
+	return k, nil
+}
+
+// settleRecord does what is left of a record after its lines were
+// applied: the dead letters, the activity sample of a record that was not
+// decoded, the partition's partial line.
+func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines int32, pending bool, err error) {
+	switch out {
+	case recordOversized:
 		r.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
-	case !r.deps.Candidate(m.Value) && !r.partial(k):
+	case recordSkipped:
 		if r.deps.Observe {
 			r.activity(m)
 		}
 	default:
-		dec := r.decoder(k)
-		r.cur, r.curNow, r.line = m, now, 0
-		err := dec.Decode(m.Value, r.emit)
-		r.cur = nil
-		if p, ok := dec.(interface{ Pending() bool }); ok && p.Pending() {
+		if pending {
 			if _, held := r.pending[k]; !held {
 				r.pending[k] = m.Offset
 			}
@@ -736,21 +819,19 @@ func (r *Runner) message(ctx context.Context, m *Message) error {
 			delete(r.pending, k)
 		}
 		if err != nil {
-			r.deadLetter(m, r.line, DeadLetterReason(err), err.Error())
+			r.deadLetter(m, lines, DeadLetterReason(err), err.Error())
 		}
 	}
+}
+
+// admitted ends a record: its coordinates count in the batch's bytes, and
+// a full batch is flushed.
+func (r *Runner) admitted(ctx context.Context) error {
 	r.batch.Bytes += 16 // coordinates
 	if r.batch.Len() >= r.cfg.Batch.MaxRows || r.batch.Bytes >= r.cfg.Batch.MaxBytes {
 		return r.flushNow(ctx)
 	}
 	return nil
-}
-
-// partial reports whether the partition has a partial line in progress:
-// its next pieces are decoded whatever the prefilter says of them.
-func (r *Runner) partial(k partKey) bool {
-	_, ok := r.pending[k]
-	return ok
 }
 
 // partState is what the loop knows of a partition of the generation.
@@ -794,16 +875,6 @@ func (r *Runner) foldReleasable(now time.Time) bool {
 	return false
 }
 
-// decoder returns the partition's decoder.
-func (r *Runner) decoder(k partKey) Decoder {
-	d := r.decoders[k]
-	if d == nil {
-		d = r.deps.NewDecoder()
-		r.decoders[k] = d
-	}
-	return d
-}
-
 // activitySample is how often one job's non-NCCL records are decoded to
 // tell the rules its pods log: 10 s gives the absence rules (minutes) dozens
 // of samples per pod while decoding a negligible share of the stream.
@@ -843,45 +914,37 @@ func (r *Runner) activity(m *Message) {
 		}
 		r.batch.Activity = append(r.batch.Activity, Activity{Meta: meta, Time: t})
 	}
-	d := r.decoder(partKey{"\x00activity", 0})
-	_ = d.Decode(m.Value, report) // an undecodable record is not evidence
-	d.Flush(report)
+	if r.sampler == nil {
+		r.sampler = r.deps.NewDecoder()
+	}
+	_ = r.sampler.Decode(m.Value, report) // an undecodable record is not evidence
+	r.sampler.Flush(report)
 }
 
 // ErrOversized is the error a Decoder returns (wrapped or as is) for a
 // record or line over its size cap; parsers.ErrOversized is this value.
 var ErrOversized = errors.New("oversized: exceeds the size cap")
 
-func (r *Runner) emit(rec *Record) {
-	m := r.cur
-	rec.Source = Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Line: r.line}
-	r.line++
-	if rec.Time.IsZero() {
-		rec.Time = m.Time
-	}
-	// The decoder shares one Meta among records of one container: copy it
-	// before naming the job.
-	if rec.Meta != nil {
-		r.meta = *rec.Meta
-	} else {
-		r.meta = Meta{}
-	}
-	r.meta.Job = r.namer.Name(rec, m.Key)
-	if r.meta.Cluster == "" {
-		r.meta.Cluster = r.cfg.Cluster
-	}
-	rec.Meta = &r.meta
+// line applies a decoded, stamped line on the inline path: its NCCL
+// events and its telemetry.
+func (r *Runner) line(rec *Record) {
 	r.proc.Record(rec)
 	if tl, ok := r.proc.Telemetry(); ok {
-		if k := [3]string{r.meta.Cluster, r.meta.Namespace, r.meta.Job}; k != r.keyMeta || r.key == "" {
-			r.keyMeta, r.key = k, JobKey(k[0], k[1], k[2])
-		}
-		job := r.key
-		r.tel.Add(job, &r.meta, tl, rec.Time, rec.Source, &r.batch)
-		// Telemetry-only jobs idle out like the others.
-		r.touched[job] = r.curNow
-		r.telDirty[job] = true
+		r.fold(rec, tl)
 	}
+}
+
+// fold hands a line's telemetry to the telemetry assembler.
+func (r *Runner) fold(rec *Record, tl *TelemetryLine) {
+	m := rec.Meta
+	if k := [3]string{m.Cluster, m.Namespace, m.Job}; k != r.keyMeta || r.key == "" {
+		r.keyMeta, r.key = k, JobKey(k[0], k[1], k[2])
+	}
+	job := r.key
+	r.tel.Add(job, m, tl, rec.Time, rec.Source, &r.batch)
+	// Telemetry-only jobs idle out like the others.
+	r.touched[job] = r.curNow
+	r.telDirty[job] = true
 }
 
 // tap turns every NCCL event into a stored row and marks its job dirty.
@@ -940,16 +1003,13 @@ func (r *Runner) Drain() error {
 	return nil
 }
 
-// flushDecoders emits every partition's partial line as a complete line.
+// flushDecoders emits every partition's partial line as a complete line,
+// partition after partition in order.
 func (r *Runner) flushDecoders() {
-	for k, d := range r.decoders {
-		if k.topic == "\x00activity" {
-			continue
-		}
+	for _, k := range r.dec.partitions() {
 		m := Message{Topic: k.topic, Partition: k.part, Offset: r.offsets[k] - 1}
-		r.cur, r.curNow, r.line = &m, r.deps.Now(), 0
-		d.Flush(r.emit)
-		r.cur = nil
+		r.curNow = r.deps.Now()
+		r.dec.flush(k, &m, r.linef)
 	}
 }
 

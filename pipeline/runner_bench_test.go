@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -74,4 +76,83 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRunLoop is the run loop through Run, as the Kafka source feeds
+// it: the load benchmark's stream (8 jobs, 5 % NCCL lines among trainer
+// progress lines, Fluent Bit records) on 8 partitions, in runs of 256
+// records of one partition (Input.Messages) round-robin over them, in the
+// default configuration but for parse_workers, batches handed to a sink
+// that keeps nothing. rec/s is wall-clock records per second, cpu-ns/op
+// the process's CPU per record (both cores, every goroutine).
+func BenchmarkRunLoop(b *testing.B) {
+	const parts, perJob, run = 8, 5000, 256
+	recs := make([][][]byte, parts)
+	for j := range parts {
+		err := loadtest.Records(1, j, loadtest.JobName("bench", j), 0.05, perJob, nil, func(rec []byte) error {
+			recs[j] = append(recs[j], append([]byte(nil), rec...))
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, workers := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("parse_workers=%d", workers), func(b *testing.B) {
+			var steps atomic.Int64
+			sink := pipeline.ConsumerFunc(func(_ context.Context, bt *pipeline.Batch) error {
+				steps.Add(int64(len(bt.Steps)))
+				return nil
+			})
+			cfg := pipeline.DefaultRunnerConfig()
+			cfg.ParseWorkers = workers
+			dcfg := parsers.DefaultDecoderConfig()
+			newLines := func() pipeline.Classifier {
+				return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+			}
+			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+				Classifier: newLines(), NewClassifier: newLines,
+				Candidate: parsers.Prefilter(true), Sink: sink, Logger: zerolog.Nop(),
+			})
+			now := time.Now()
+			// The runs are built before the clock starts: the source's
+			// work is not the loop's.
+			var inputs []pipeline.Input
+			next := make([]int64, parts)
+			for n := 0; n < b.N; {
+				for p := 0; p < parts && n < b.N; p++ {
+					k := min(run, b.N-n)
+					ms := make([]pipeline.Message, k)
+					for i := range ms {
+						off := next[p]
+						ms[i] = pipeline.Message{Topic: "logs", Partition: int32(p), Offset: off,
+							Key: []byte(loadtest.JobName("bench", p)), Value: recs[p][off%perJob], Time: now}
+						next[p]++
+					}
+					inputs = append(inputs, pipeline.Input{Messages: ms})
+					n += k
+				}
+			}
+			in := make(chan pipeline.Input, 2)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start, cpu := time.Now(), cpuTime()
+			go func() {
+				for _, x := range inputs {
+					in <- x
+				}
+				close(in)
+			}()
+			if err := r.Run(context.Background(), in); err != nil {
+				b.Fatal(err)
+			}
+			wall := time.Since(start)
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(b.N)/wall.Seconds(), "rec/s")
+			if b.N > 10000 && steps.Load() == 0 {
+				b.Fatal("no training_steps rows")
+			}
+		})
+	}
 }

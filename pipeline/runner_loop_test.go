@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,21 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
+
+// eachParseMode runs fn with the records parsed on the loop (workers 1)
+// and by parse workers (2).
+func eachParseMode(t *testing.T, fn func(t *testing.T, workers int)) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("parse_workers=%d", workers), func(t *testing.T) { fn(t, workers) })
+	}
+}
+
+// parseModeConfig is the default configuration with workers parse workers.
+func parseModeConfig(workers int) pipeline.RunnerConfig {
+	cfg := pipeline.DefaultRunnerConfig()
+	cfg.ParseWorkers = workers
+	return cfg
+}
 
 // blockingSink fails every call until healed, each call after delay or
 // when ctx ends (a server that does not answer).
@@ -60,74 +76,76 @@ func (s *blockingSink) Consume(ctx context.Context, b *pipeline.Batch) error {
 // answer is honoured before the revocation's deadline; the open batch is
 // dropped, nothing is committed, and the next assignment starts clean.
 func TestRunLoopRevokeWhileSinkDown(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		sink := &blockingSink{inner: &recordingSink{}, delay: 30 * time.Second}
-		h := newHarness(t, nil, nil)
-		h.r = pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
-		})
-		in := make(chan pipeline.Input, 8)
-		done := make(chan error, 1)
-		go func() { done <- h.r.Run(t.Context(), in) }()
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			sink := &blockingSink{inner: &recordingSink{}, delay: 30 * time.Second}
+			h := newHarness(t, nil, nil)
+			h.r = pipeline.NewRunner(parseModeConfig(workers), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: h.decoder, Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
+			})
+			in := make(chan pipeline.Input, 8)
+			done := make(chan error, 1)
+			go func() { done <- h.r.Run(t.Context(), in) }()
 
-		gen, endGen := context.WithCancel(t.Context())
-		ask := func(kind pipeline.InputKind, ctx context.Context) error {
-			reply := make(chan error, 1)
-			in <- pipeline.Input{Kind: kind, Partitions: []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: -1}}, Ctx: ctx, Done: reply}
-			return <-reply
-		}
-		if err := ask(pipeline.InputAssigned, gen); err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range corpusLines(t, fallback) {
-			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
-				Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
-		}
-		time.Sleep(3 * time.Second) // the timer flush is stuck in the sink
-		if sink.called() == 0 {
-			t.Fatal("the sink was never called")
-		}
-		// The rebalance: the generation ends, then the revocation with a
-		// 10 s deadline.
-		endGen()
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err := ask(pipeline.InputRevoked, rctx)
-		if took := time.Since(start); took >= 10*time.Second {
-			t.Errorf("revocation answered after %v; want before its 10 s deadline", took)
-		}
-		if err == nil {
-			t.Error("Revoked = nil with the sink down; want the error of the dropped batch")
-		}
-		h.commit.mu.Lock()
-		if len(h.commit.commits) != 0 {
-			t.Errorf("committed %v with the sink down", h.commit.commits)
-		}
-		h.commit.mu.Unlock()
-		if h.r.HoldsAssignment() {
-			t.Error("still holds an assignment after the revocation")
-		}
-		// The next generation: records replayed from the last commit are
-		// stored once the sink is back.
-		sink.heal()
-		gen2, endGen2 := context.WithCancel(t.Context())
-		defer endGen2()
-		if err := ask(pipeline.InputAssigned, gen2); err != nil {
-			t.Fatal(err)
-		}
-		h.offset[0] = 0
-		for _, l := range corpusLines(t, fallback) {
-			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
-				Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
-		}
-		close(in)
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v", err)
-		}
-		if s, ok := sink.inner.latestJob("j"); !ok || s.Verdict != pipeline.VerdictSocketFallback {
-			t.Errorf("after the replay the job is %+v; want socket_fallback", s)
-		}
+			gen, endGen := context.WithCancel(t.Context())
+			ask := func(kind pipeline.InputKind, ctx context.Context) error {
+				reply := make(chan error, 1)
+				in <- pipeline.Input{Kind: kind, Partitions: []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: -1}}, Ctx: ctx, Done: reply}
+				return <-reply
+			}
+			if err := ask(pipeline.InputAssigned, gen); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range corpusLines(t, fallback) {
+				in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
+					Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
+			}
+			time.Sleep(3 * time.Second) // the timer flush is stuck in the sink
+			if sink.called() == 0 {
+				t.Fatal("the sink was never called")
+			}
+			// The rebalance: the generation ends, then the revocation with a
+			// 10 s deadline.
+			endGen()
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := ask(pipeline.InputRevoked, rctx)
+			if took := time.Since(start); took >= 10*time.Second {
+				t.Errorf("revocation answered after %v; want before its 10 s deadline", took)
+			}
+			if err == nil {
+				t.Error("Revoked = nil with the sink down; want the error of the dropped batch")
+			}
+			h.commit.mu.Lock()
+			if len(h.commit.commits) != 0 {
+				t.Errorf("committed %v with the sink down", h.commit.commits)
+			}
+			h.commit.mu.Unlock()
+			if h.r.HoldsAssignment() {
+				t.Error("still holds an assignment after the revocation")
+			}
+			// The next generation: records replayed from the last commit are
+			// stored once the sink is back.
+			sink.heal()
+			gen2, endGen2 := context.WithCancel(t.Context())
+			defer endGen2()
+			if err := ask(pipeline.InputAssigned, gen2); err != nil {
+				t.Fatal(err)
+			}
+			h.offset[0] = 0
+			for _, l := range corpusLines(t, fallback) {
+				in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
+					Value: fluentBit(t, l, "j", "p", "n"), Time: h.now}}
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if s, ok := sink.inner.latestJob("j"); !ok || s.Verdict != pipeline.VerdictSocketFallback {
+				t.Errorf("after the replay the job is %+v; want socket_fallback", s)
+			}
+		})
 	})
 }
 
@@ -135,68 +153,72 @@ func TestRunLoopRevokeWhileSinkDown(t *testing.T) {
 // SinkTimeout makes the runner not ready and the gauge 0, while the loop
 // keeps retrying; the first stored batch makes it ready again.
 func TestRunLoopSinkHealth(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		sink := &blockingSink{inner: &recordingSink{}, delay: 2 * time.Second}
-		h := newHarness(t, nil, nil)
-		cfg := pipeline.DefaultRunnerConfig()
-		h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink, Metrics: h.m,
-		})
-		in := make(chan pipeline.Input, 8)
-		done := make(chan error, 1)
-		go func() { done <- h.r.Run(t.Context(), in) }()
-		in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Offset: 0, Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			sink := &blockingSink{inner: &recordingSink{}, delay: 2 * time.Second}
+			h := newHarness(t, nil, nil)
+			cfg := parseModeConfig(workers)
+			h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: h.decoder, Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Metrics: h.m,
+			})
+			in := make(chan pipeline.Input, 8)
+			done := make(chan error, 1)
+			go func() { done <- h.r.Run(t.Context(), in) }()
+			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Offset: 0, Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
 
-		time.Sleep(cfg.Batch.MaxWait + cfg.SinkTimeout/2)
-		synctest.Wait()
-		if !h.r.Ready() {
-			t.Errorf("not ready %v into the outage; want ready until sink_timeout %v", cfg.SinkTimeout/2, cfg.SinkTimeout)
-		}
-		time.Sleep(cfg.SinkTimeout)
-		synctest.Wait()
-		if h.r.Ready() {
-			t.Error("ready after the sink failed for longer than sink_timeout")
-		}
-		if g := testutil.ToFloat64(h.m.SinkHealthy); g != 0 {
-			t.Errorf("ncclwatch_sink_healthy = %v during the outage; want 0", g)
-		}
-		if err := h.r.LastSinkError(); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
-			t.Errorf("LastSinkError = %v; want the sink's error", err)
-		}
-		sink.heal()
-		time.Sleep(cfg.MaxBackoff + 3*time.Second)
-		synctest.Wait()
-		if !h.r.Ready() || testutil.ToFloat64(h.m.SinkHealthy) != 1 {
-			t.Errorf("after the sink healed: ready %v, gauge %v; want ready, 1", h.r.Ready(), testutil.ToFloat64(h.m.SinkHealthy))
-		}
-		close(in)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+			time.Sleep(cfg.Batch.MaxWait + cfg.SinkTimeout/2)
+			synctest.Wait()
+			if !h.r.Ready() {
+				t.Errorf("not ready %v into the outage; want ready until sink_timeout %v", cfg.SinkTimeout/2, cfg.SinkTimeout)
+			}
+			time.Sleep(cfg.SinkTimeout)
+			synctest.Wait()
+			if h.r.Ready() {
+				t.Error("ready after the sink failed for longer than sink_timeout")
+			}
+			if g := testutil.ToFloat64(h.m.SinkHealthy); g != 0 {
+				t.Errorf("ncclwatch_sink_healthy = %v during the outage; want 0", g)
+			}
+			if err := h.r.LastSinkError(); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
+				t.Errorf("LastSinkError = %v; want the sink's error", err)
+			}
+			sink.heal()
+			time.Sleep(cfg.MaxBackoff + 3*time.Second)
+			synctest.Wait()
+			if !h.r.Ready() || testutil.ToFloat64(h.m.SinkHealthy) != 1 {
+				t.Errorf("after the sink healed: ready %v, gauge %v; want ready, 1", h.r.Ready(), testutil.ToFloat64(h.m.SinkHealthy))
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 }
 
 // TestRunLoopPermanentErrorStops: a permanent sink error ends Run with it.
 func TestRunLoopPermanentErrorStops(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil, nil)
-		sink := pipeline.ConsumerFunc(func(context.Context, *pipeline.Batch) error {
-			return pipeline.Permanent(errors.New("clickhouse: Table ncclwatch.nccl_events doesn't exist"))
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, nil, nil)
+			sink := pipeline.ConsumerFunc(func(context.Context, *pipeline.Batch) error {
+				return pipeline.Permanent(errors.New("clickhouse: Table ncclwatch.nccl_events doesn't exist"))
+			})
+			h.r = pipeline.NewRunner(parseModeConfig(workers), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: h.decoder, Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink,
+			})
+			in := make(chan pipeline.Input, 1)
+			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
+			err := h.r.Run(t.Context(), in)
+			if !pipeline.IsPermanent(err) || !strings.Contains(err.Error(), "doesn't exist") {
+				t.Errorf("Run = %v; want the permanent error", err)
+			}
+			select {
+			case <-h.r.Stopped():
+			default:
+				t.Error("Stopped not closed after Run returned")
+			}
 		})
-		h.r = pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand, Sink: sink,
-		})
-		in := make(chan pipeline.Input, 1)
-		in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Value: fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", "j", "p", "n"), Time: h.now}}
-		err := h.r.Run(t.Context(), in)
-		if !pipeline.IsPermanent(err) || !strings.Contains(err.Error(), "doesn't exist") {
-			t.Errorf("Run = %v; want the permanent error", err)
-		}
-		select {
-		case <-h.r.Stopped():
-		default:
-			t.Error("Stopped not closed after Run returned")
-		}
 	})
 }
 
@@ -301,82 +323,84 @@ func (d notifyDecoder) Decode(data []byte, emit func(*pipeline.Record)) error {
 // decoded); the in-flight batch is not touched meanwhile; offsets are
 // committed only after the sink accepted the batch holding them, in order.
 func TestRunLoopDecodesWhileInsertBlocked(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		sink := &gateSink{entered: make(chan []int64, 8), release: make(chan struct{})}
-		h := newHarness(t, nil, nil)
-		cfg := pipeline.DefaultRunnerConfig()
-		cfg.Batch.MaxRows = 1 // every NCCL line flushes
-		var cur int64
-		decoded := make(chan int64, 8)
-		h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: func() pipeline.Decoder { return notifyDecoder{h.decoder(), &cur, decoded} },
-			Classifier: h.cls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
-		})
-		in := make(chan pipeline.Input) // unbuffered: a send returns only once the loop took it
-		done := make(chan error, 1)
-		go func() { done <- h.r.Run(t.Context(), in) }()
-		send := func(off int64, line string) {
-			cur = off // read by the decoder after the loop received the input
-			in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: off, Key: []byte("j"),
-				Value: fluentBit(t, line, "j", "p", "n"), Time: h.now}}
-		}
-		commits := func() [][]pipeline.Offset {
-			h.commit.mu.Lock()
-			defer h.commit.mu.Unlock()
-			return slices.Clone(h.commit.commits)
-		}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			sink := &gateSink{entered: make(chan []int64, 8), release: make(chan struct{})}
+			h := newHarness(t, nil, nil)
+			cfg := parseModeConfig(workers)
+			cfg.Batch.MaxRows = 1 // every NCCL line flushes
+			var cur int64
+			decoded := make(chan int64, 8)
+			h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: func() pipeline.Decoder { return notifyDecoder{h.decoder(), &cur, decoded} },
+				Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
+			})
+			in := make(chan pipeline.Input) // unbuffered: a send returns only once the loop took it
+			done := make(chan error, 1)
+			go func() { done <- h.r.Run(t.Context(), in) }()
+			send := func(off int64, line string) {
+				cur = off // read by the decoder after the loop received the input
+				in <- pipeline.Input{Message: pipeline.Message{Topic: "logs", Partition: 0, Offset: off, Key: []byte("j"),
+					Value: fluentBit(t, line, "j", "p", "n"), Time: h.now}}
+			}
+			commits := func() [][]pipeline.Offset {
+				h.commit.mu.Lock()
+				defer h.commit.mu.Unlock()
+				return slices.Clone(h.commit.commits)
+			}
 
-		send(0, "h:1:1 [0] NCCL INFO Using network IB")
-		if got := <-decoded; got != 0 {
-			t.Fatalf("decoded offset %d; want 0", got)
-		}
-		first := <-sink.entered // the size flush of offset 0 is in the sink, blocked
-		if !slices.Equal(first, []int64{0}) {
-			t.Fatalf("first batch holds events %v; want [0]", first)
-		}
-		// The loop still takes and parses records while the insert is
-		// blocked.
-		go send(1, "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>")
-		select {
-		case got := <-decoded:
-			if got != 1 {
-				t.Fatalf("decoded offset %d; want 1", got)
+			send(0, "h:1:1 [0] NCCL INFO Using network IB")
+			if got := <-decoded; got != 0 {
+				t.Fatalf("decoded offset %d; want 0", got)
 			}
-		case <-time.After(time.Hour):
-			t.Fatal("the record sent while the insert was blocked was not parsed before the insert returned")
-		}
-		synctest.Wait()
-		if c := commits(); len(c) != 0 {
-			t.Fatalf("committed %v before the sink accepted the batch", c)
-		}
-		sink.release <- struct{}{} // batch 0 is accepted
-		second := <-sink.entered   // then batch 1 goes in
-		if !slices.Equal(second, []int64{1}) {
-			t.Errorf("second batch holds events %v; want [1]", second)
-		}
-		synctest.Wait()
-		if c := commits(); len(c) != 1 || len(c[0]) != 1 || c[0][0].Next != 1 {
-			t.Errorf("commits after the first batch = %v; want one at offset 1", c)
-		}
-		close(sink.release)
-		close(in)
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v", err)
-		}
-		sink.mu.Lock()
-		if !slices.Equal(sink.after[0], []int64{0}) {
-			t.Errorf("the first batch held events %v when its insert returned; want [0] (untouched while in flight)", sink.after[0])
-		}
-		sink.mu.Unlock()
-		var nexts []int64
-		for _, c := range commits() {
-			for _, o := range c {
-				nexts = append(nexts, o.Next)
+			first := <-sink.entered // the size flush of offset 0 is in the sink, blocked
+			if !slices.Equal(first, []int64{0}) {
+				t.Fatalf("first batch holds events %v; want [0]", first)
 			}
-		}
-		if !slices.Equal(nexts, []int64{1, 2}) {
-			t.Errorf("committed offsets %v in that order; want [1 2]", nexts)
-		}
+			// The loop still takes and parses records while the insert is
+			// blocked.
+			go send(1, "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>")
+			select {
+			case got := <-decoded:
+				if got != 1 {
+					t.Fatalf("decoded offset %d; want 1", got)
+				}
+			case <-time.After(time.Hour):
+				t.Fatal("the record sent while the insert was blocked was not parsed before the insert returned")
+			}
+			synctest.Wait()
+			if c := commits(); len(c) != 0 {
+				t.Fatalf("committed %v before the sink accepted the batch", c)
+			}
+			sink.release <- struct{}{} // batch 0 is accepted
+			second := <-sink.entered   // then batch 1 goes in
+			if !slices.Equal(second, []int64{1}) {
+				t.Errorf("second batch holds events %v; want [1]", second)
+			}
+			synctest.Wait()
+			if c := commits(); len(c) != 1 || len(c[0]) != 1 || c[0][0].Next != 1 {
+				t.Errorf("commits after the first batch = %v; want one at offset 1", c)
+			}
+			close(sink.release)
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			sink.mu.Lock()
+			if !slices.Equal(sink.after[0], []int64{0}) {
+				t.Errorf("the first batch held events %v when its insert returned; want [0] (untouched while in flight)", sink.after[0])
+			}
+			sink.mu.Unlock()
+			var nexts []int64
+			for _, c := range commits() {
+				for _, o := range c {
+					nexts = append(nexts, o.Next)
+				}
+			}
+			if !slices.Equal(nexts, []int64{1, 2}) {
+				t.Errorf("committed offsets %v in that order; want [1 2]", nexts)
+			}
+		})
 	})
 }
 

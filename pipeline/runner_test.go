@@ -137,6 +137,7 @@ type harness struct {
 	r       *pipeline.Runner
 	decoder func() pipeline.Decoder
 	cls     pipeline.Classifier
+	newCls  func() pipeline.Classifier // a line parser like cls, for parse workers
 	cand    func([]byte) bool
 	sink    *recordingSink
 	commit  *recordingCommitter
@@ -164,6 +165,7 @@ func newHarness(t testing.TB, sink *recordingSink, mutate func(*pipeline.RunnerC
 	dcfg := parsers.DefaultDecoderConfig()
 	h.decoder = func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
 	h.cls, h.cand = &parsers.Lines{}, parsers.Candidate
+	h.newCls = func() pipeline.Classifier { return &parsers.Lines{} }
 	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: h.decoder, Classifier: h.cls, Candidate: h.cand,
 		Committer: h.commit, Metrics: h.m, Logger: zerolog.Nop(),

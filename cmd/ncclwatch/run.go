@@ -260,9 +260,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	// the config turns it off: it widens the prefilter to progress lines.
 	// One line parser does both, in one call per line: it strips a line
 	// once and parses NCCL and telemetry.
-	lines := &parsers.Lines{}
-	if !cfg.Decoder.NoTelemetry {
-		lines = parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+	newLines := func() pipeline.Classifier {
+		if cfg.Decoder.NoTelemetry {
+			return &parsers.Lines{}
+		}
+		return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
 	}
 	live := newLiveJobs(liveJobsMax)
 	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
@@ -283,9 +285,10 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	})
 	newDecoder := func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
 	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: newDecoder, Classifier: lines, Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
-		Observe: stage != nil,
-		Sink:    sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		NewDecoder: newDecoder, Classifier: newLines(), NewClassifier: newLines,
+		Candidate: parsers.Prefilter(!cfg.Decoder.NoTelemetry),
+		Observe:   stage != nil,
+		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer,
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)
