@@ -120,6 +120,10 @@ func BenchmarkRunLoop(b *testing.B) {
 			// work is not the loop's.
 			var inputs []pipeline.Input
 			next := make([]int64, parts)
+			keys := make([][]byte, parts)
+			for p := range keys {
+				keys[p] = []byte(loadtest.JobName("bench", p))
+			}
 			for n := 0; n < b.N; {
 				for p := 0; p < parts && n < b.N; p++ {
 					k := min(run, b.N-n)
@@ -127,7 +131,7 @@ func BenchmarkRunLoop(b *testing.B) {
 					for i := range ms {
 						off := next[p]
 						ms[i] = pipeline.Message{Topic: "logs", Partition: int32(p), Offset: off,
-							Key: []byte(loadtest.JobName("bench", p)), Value: recs[p][off%perJob], Time: now}
+							Key: keys[p], Value: recs[p][off%perJob], Time: now}
 						next[p]++
 					}
 					inputs = append(inputs, pipeline.Input{Messages: ms})

@@ -44,7 +44,8 @@ func (s *dumpSink) Consume(ctx context.Context, b *pipeline.Batch) error {
 }
 
 // parseWorkersInput is the stream of TestRunParseWorkersSameAsInline, per
-// partition in offset order: NCCL init lines of two jobs, training
+// partition in offset order: NCCL init lines of two jobs (glued messages
+// among them), training
 // progress lines of three ranks and a Composer job, nccl-tests rows, CRI
 // partial lines whose pieces lie in several records, poison records
 // (truncated JSON, a number for the text, one over max_record_bytes), and
@@ -79,6 +80,10 @@ func parseWorkersInput(t *testing.T) map[pipeline.Partition][]pipeline.Message {
 		if i%7 == 3 {
 			add("logs", 0, "noise", fluentBit(t, "epoch 1 dataloader ready", "other", "other-0", "n1"))
 		}
+	}
+	// Terminal-wrapped pastes: several NCCL messages glued on one line.
+	for _, l := range read("corpus", "210_deepep_ibext_gdrdma_glued_wrapped_terminal_lines.log") {
+		add("logs", 0, "a", fluentBit(t, l, "a", "a-worker-1", "n0"))
 	}
 	for i, l := range read("corpus", fallback) {
 		add("logs", 1, "b", fluentBit(t, l, "b", "b-worker-0", "n2"))
@@ -265,7 +270,7 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 	want, wantCommits := parseWorkersRun(t, input, 1)
 	all := strings.Join(want, "\n")
 	// The stream covers what it claims: otherwise equality proves little.
-	for _, s := range []string{"json_truncated", "json_type", "oversized", "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+	for _, s := range []string{"VM-17-82-centos:11978:12548 [0] NCCL INFO Channel 12/0", "json_truncated", "json_type", "oversized", "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
 		"canary-host:1:1 [0] NCCL INFO Using network", "steps:\n", "testruns:\n", "activity:\n", "released:\n"} {
 		if !strings.Contains(all, s) {
 			t.Fatalf("the inline run's batches lack %q: the input does not exercise what the test claims", s)
