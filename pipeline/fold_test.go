@@ -69,13 +69,7 @@ func (s *finalTables) dump() []string {
 // amend its steps on partition 1.
 func foldInput(t *testing.T) []pipeline.Message {
 	t.Helper()
-	read := func(dir, name string) []string {
-		b, err := os.ReadFile(filepath.Join("..", "testdata", dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	}
+	read := func(dir, name string) []string { return testdataLines(t, dir, name) }
 	titan := read("telemetry", "032_torchtitan_all_ranks_duplicate_step_lines_no_prefix.log")
 	composer := read("telemetry", "054_composer_llm_foundry_mpt30b_2node_console_throughput_block.log")
 	nccl := read("corpus", healthy)

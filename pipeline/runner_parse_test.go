@@ -3,8 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -53,13 +51,7 @@ func (s *dumpSink) Consume(ctx context.Context, b *pipeline.Batch) error {
 // topics.
 func parseWorkersInput(t *testing.T) map[pipeline.Partition][]pipeline.Message {
 	t.Helper()
-	read := func(dir, name string) []string {
-		b, err := os.ReadFile(filepath.Join("..", "testdata", dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	}
+	read := func(dir, name string) []string { return testdataLines(t, dir, name) }
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	out := map[pipeline.Partition][]pipeline.Message{}
 	n := 0

@@ -126,7 +126,13 @@ func fluentBit(t testing.TB, line, job, pod, node string) []byte {
 
 func corpusLines(t testing.TB, name string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
+	return testdataLines(t, "corpus", name)
+}
+
+// testdataLines returns the lines of testdata/dir/name.
+func testdataLines(t testing.TB, dir, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -323,7 +323,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		hooks.started(state)
 	}
 	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
-		Str("http", state.addr).Msg("ncclwatch run starting")
+		Str("http", state.addr).Int("parse_workers", cfg.Pipeline.ParseWorkers).Msg("ncclwatch run starting")
 
 	// One group over every long-lived part: the first to fail cancels the
 	// others, and serve returns that error once all have exited.
