@@ -409,47 +409,52 @@ func TestRunLoopDecodesWhileInsertBlocked(t *testing.T) {
 // quiet at its end for fold_idle, not a whole max_wait after the flush
 // that held it (the record-to-commit tail at the end of a burst).
 func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := pipeline.DefaultRunnerConfig()
-		cfg.Batch.MaxWait = 4 * time.Second // ticks every second
-		cfg.FoldIdle = time.Second
-		commits := &recordingCommitter{}
-		dcfg := parsers.DefaultDecoderConfig()
-		r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-			NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
-			Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
-			Candidate:  parsers.Prefilter(true), Sink: &recordingSink{}, Committer: commits, Logger: zerolog.Nop()})
-		in := make(chan pipeline.Input, 8)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(t.Context(), in) }()
-		step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
-		vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
-			fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
-		// Between two timed flushes: the next one holds the commit at the
-		// step row's first line (the partition is not quiet yet).
-		time.Sleep(7500 * time.Millisecond) // timed flushes at 4 s and 8 s
-		var ms []pipeline.Message
-		for i, v := range vals {
-			ms = append(ms, pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: time.Now(), HighWaterMark: int64(len(vals))})
-		}
-		in <- pipeline.Input{Messages: ms}
-		time.Sleep(3 * time.Second) // fold_idle passed; the next timed flush is later
-		synctest.Wait()
-		commits.mu.Lock()
-		var got []int64
-		for _, c := range commits.commits {
-			got = append(got, c[len(c)-1].Next)
-		}
-		commits.mu.Unlock()
-		if !slices.Contains(got, 1) {
-			t.Errorf("commits %v: want one held at 1, the open row's first line", got)
-		}
-		if len(got) == 0 || got[len(got)-1] != int64(len(vals)) {
-			t.Errorf("commits %v 3 s after the records (fold_idle 1 s, max_wait 4 s): want the last at %d, the partition's end", got, len(vals))
-		}
-		close(in)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := parseModeConfig(workers)
+			cfg.Batch.MaxWait = 4 * time.Second // ticks every second
+			cfg.FoldIdle = time.Second
+			commits := &recordingCommitter{}
+			dcfg := parsers.DefaultDecoderConfig()
+			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+				Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+				NewClassifier: func() pipeline.Classifier {
+					return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+				},
+				Candidate: parsers.Prefilter(true), Sink: &recordingSink{}, Committer: commits, Logger: zerolog.Nop()})
+			in := make(chan pipeline.Input, 8)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(t.Context(), in) }()
+			step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+			vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
+				fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
+			// Between two timed flushes: the next one holds the commit at the
+			// step row's first line (the partition is not quiet yet).
+			time.Sleep(7500 * time.Millisecond) // timed flushes at 4 s and 8 s
+			var ms []pipeline.Message
+			for i, v := range vals {
+				ms = append(ms, pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: time.Now(), HighWaterMark: int64(len(vals))})
+			}
+			in <- pipeline.Input{Messages: ms}
+			time.Sleep(3 * time.Second) // fold_idle passed; the next timed flush is later
+			synctest.Wait()
+			commits.mu.Lock()
+			var got []int64
+			for _, c := range commits.commits {
+				got = append(got, c[len(c)-1].Next)
+			}
+			commits.mu.Unlock()
+			if !slices.Contains(got, 1) {
+				t.Errorf("commits %v: want one held at 1, the open row's first line", got)
+			}
+			if len(got) == 0 || got[len(got)-1] != int64(len(vals)) {
+				t.Errorf("commits %v 3 s after the records (fold_idle 1 s, max_wait 4 s): want the last at %d, the partition's end", got, len(vals))
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 }
