@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -285,6 +286,31 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 		}
 		if g, w := show(gotCommits), show(wantCommits); g != w {
 			t.Errorf("workers %d: commits\n%s\nwant\n%s", workers, g, w)
+		}
+	}
+}
+
+// TestParseWorkersConfig: pipeline.parse_workers is read from YAML,
+// defaults to GOMAXPROCS capped at 4, and is checked with its field path.
+func TestParseWorkersConfig(t *testing.T) {
+	def := pipeline.DefaultRunnerConfig()
+	if want := min(runtime.GOMAXPROCS(0), 4); def.ParseWorkers != want {
+		t.Errorf("default parse_workers = %d; want %d (GOMAXPROCS, at most 4)", def.ParseWorkers, want)
+	}
+	cfg := pipeline.DefaultRunnerConfig()
+	if err := yaml.Unmarshal([]byte("parse_workers: 3\n"), &cfg); err != nil || cfg.ParseWorkers != 3 {
+		t.Errorf("parse_workers: 3 read as %d (%v)", cfg.ParseWorkers, err)
+	}
+	for _, n := range []int{0, 1, 64} {
+		cfg.ParseWorkers = n
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("parse_workers %d: Validate() = %v; want nil", n, err)
+		}
+	}
+	for _, n := range []int{-1, 65} {
+		cfg.ParseWorkers = n
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pipeline.parse_workers: must be between 0 and 64") {
+			t.Errorf("parse_workers %d: Validate() = %v; want the field's error", n, err)
 		}
 	}
 }
