@@ -255,7 +255,11 @@ type partKey struct {
 // the batch in flight; it owns commit and revoke. A full batch is stored
 // (and retried) by a goroutine of its own while the loop builds the next
 // one: at most one in flight, its offsets committed by the loop once it
-// was stored, before the next batch flies. Message, Flush, Assigned and Revoked are its steps;
+// was stored, before the next batch flies. With parse workers
+// (RunnerConfig.ParseWorkers) the pure half of each record (prefilter,
+// envelope decode, line parse) runs on goroutines Run owns, each
+// partition on one of them in offset order, and the loop applies the
+// results in input order (runner_parse.go). Message, Flush, Assigned and Revoked are its steps;
 // callers without a source (tests, tools) may call them directly instead
 // of Run, from one goroutine. Nothing of a Runner is safe for concurrent
 // use except Ready, LastSinkError, Jobs and Stopped.
