@@ -222,11 +222,20 @@ func FuzzParseCheckpoint(f *testing.F) {
 			f.Add([]byte(l))
 		}
 	}
+	for _, l := range checkpointEdgeCases {
+		f.Add([]byte(l))
+	}
 	var c Checkpoint
-	var cl pipeline.CheckpointLine
+	var cl, fast, slow pipeline.CheckpointLine
 	f.Fuzz(func(t *testing.T, line []byte) {
 		if len(line) > 2*maxTelemetryLine {
 			return
+		}
+		// The dispatch on "checkpoint" reads as the search per form does.
+		fast.Reset()
+		slow.Reset()
+		if okF, okS := parseCheckpointLower(line, &fast), parseCheckpointForms(line, &slow); okF != okS || !sameParse(fast, slow) {
+			t.Fatalf("parseCheckpointLower(%q) = %v %+v; parseCheckpointForms = %v %+v", line, okF, fast, okS, slow)
 		}
 		if !c.Parse(line, &cl) {
 			if cl.Op != 0 || cl.Phase != 0 || cl.Path != nil {
