@@ -396,6 +396,16 @@ type TelemetryAssembler struct {
 	// open are the nccl-tests runs begun in each partition that may still
 	// get rows: offsets are not committed past their first line (Hold).
 	open map[partKey][]*testRun
+
+	// The last line's job and partition fold, and its row metadata: the
+	// lines of a partition mostly come from one job, so Add looks its
+	// maps up only when they change. lastJob and lastFold are nil when
+	// the entry they cached was deleted.
+	lastJobKey string
+	lastJob    *telJob
+	lastPart   partKey
+	lastFold   *partFold
+	meta       rowMeta
 }
 
 // partFold is one partition's open fold window: the rows of step lines
@@ -411,6 +421,28 @@ type partFold struct {
 	cur     seriesKey
 	curStep int64
 	curSet  bool
+	// hit is the row of rows the last step line went to, under hitKey (nil:
+	// none): the ranks of a job print one step line after another.
+	hitKey foldKey
+	hit    *openRow
+}
+
+// row returns the open row of key, or nil.
+func (pf *partFold) row(key foldKey) *openRow {
+	if pf.hit != nil && pf.hitKey == key {
+		return pf.hit
+	}
+	o := pf.rows[key]
+	if o != nil {
+		pf.hitKey, pf.hit = key, o
+	}
+	return o
+}
+
+// setRow opens the row of key.
+func (pf *partFold) setRow(key foldKey, o *openRow) {
+	pf.rows[key] = o
+	pf.hitKey, pf.hit = key, o
 }
 
 // lastStep returns the step of series' latest step line in the window.
@@ -523,7 +555,10 @@ func (a *TelemetryAssembler) Len() int { return len(a.jobs) }
 
 // Evict drops a job's state (the runner calls it with the NCCL
 // assembler's evictions).
-func (a *TelemetryAssembler) Evict(job string) { delete(a.jobs, job) }
+func (a *TelemetryAssembler) Evict(job string) {
+	delete(a.jobs, job)
+	a.lastJob = nil
+}
 
 // Jobs returns the keys of the jobs held, sorted.
 func (a *TelemetryAssembler) Jobs() []string {
@@ -573,7 +608,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 	case TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
 	case TelemetryCheckpoint:
-		ev := j.checkpoint(m, &tl.Checkpoint, tl.Rank, t, src)
+		ev := j.checkpoint(*m, &tl.Checkpoint, tl.Rank, t, src)
 		if ev != nil && out != nil {
 			out.Checkpoints = append(out.Checkpoints, *ev)
 			out.Bytes += 160 + len(ev.Job) + len(ev.Pod) + len(ev.Path)
@@ -586,7 +621,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			a.open[pk] = append(a.open[pk], cur)
 		}
 		if out != nil && (tl.Kind == TelemetryTestRow || tl.Kind == TelemetryTestAvg) {
-			row := j.testRow(m, tl, t, src)
+			row := j.testRow(*m, tl, t, src)
 			out.TestRuns = append(out.TestRuns, row)
 			out.Bytes += 200 + len(row.Job) + len(row.Pod) + 16*len(row.Hosts)
 		}
@@ -595,6 +630,10 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 
 func (a *TelemetryAssembler) job(key string) *telJob {
 	a.clock++
+	if j := a.lastJob; j != nil && a.lastJobKey == key {
+		j.touched = a.clock
+		return j
+	}
 	j := a.jobs[key]
 	if j == nil {
 		if len(a.jobs) >= a.cfg.MaxJobs {
@@ -604,6 +643,7 @@ func (a *TelemetryAssembler) job(key string) *telJob {
 		a.jobs[key] = j
 	}
 	j.touched = a.clock
+	a.lastJobKey, a.lastJob = key, j
 	return j
 }
 
@@ -631,6 +671,7 @@ func (a *TelemetryAssembler) evictOldest() {
 	for _, e := range all[:n] {
 		delete(a.jobs, e.key)
 	}
+	a.lastJob = nil
 }
 
 // rowMeta is who logged a line, as its stored row says.
@@ -640,11 +681,14 @@ type rowMeta struct {
 	canary      bool
 }
 
-func (a *TelemetryAssembler) rowMeta(m *Meta) rowMeta {
+// rowMeta returns the row metadata of m, valid until the next call.
+func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
+	r := &a.meta
 	if m == nil {
-		return rowMeta{}
+		*r = rowMeta{}
+		return r
 	}
-	r := rowMeta{Meta: *m}
+	*r = rowMeta{Meta: *m}
 	for _, l := range a.cfg.PoolLabels {
 		if v := m.Labels[l]; v != "" {
 			r.pool = v
@@ -768,10 +812,13 @@ func (j *telJob) setNetwork(name string) {
 // updated in place while out still holds it); storage keeps the last
 // written, the most complete. The job's NCCL network at the row's first
 // line is the one part that comes from outside the partition.
-func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
+func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
 	pk := partKey{src.Topic, src.Partition}
 	w := src.Offset / a.cfg.FoldRecords
-	pf := a.folds[pk]
+	pf := a.lastFold
+	if pf == nil || a.lastPart != pk {
+		pf = a.folds[pk]
+	}
 	if pf == nil || pf.window != w {
 		if pf == nil {
 			pf = &partFold{}
@@ -779,6 +826,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 		}
 		*pf = partFold{window: w, rows: map[foldKey]*openRow{}, first: -1, last: map[seriesKey]int64{}}
 	}
+	a.lastPart, a.lastFold = pk, pf
 	series := seriesKey{job, tl.Framework}
 	step := tl.Step
 	switch tl.Kind {
@@ -794,7 +842,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 	}
 	key := foldKey{job: job, framework: tl.Framework, kind: tl.Kind, step: step}
 	if step >= 0 {
-		if o := pf.rows[key]; o != nil {
+		if o := pf.row(key); o != nil {
 			o.row.Ranks++
 			if o.idx < len(out.Steps) && out.Steps[o.idx].Source == o.row.Source {
 				out.Steps[o.idx].Ranks = o.row.Ranks
@@ -810,7 +858,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m rowMeta, tl *Tele
 	if step >= 0 {
 		// Lines without a step number are rows of their own: complete at
 		// once, nothing to hold.
-		pf.rows[key] = &openRow{row: row, idx: len(out.Steps)}
+		pf.setRow(key, &openRow{row: row, idx: len(out.Steps)})
 		if pf.first < 0 || src.Offset < pf.first {
 			pf.first = src.Offset
 		}
@@ -832,6 +880,7 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 	if pf := a.folds[pk]; pf != nil {
 		if next/a.cfg.FoldRecords != pf.window {
 			delete(a.folds, pk)
+			a.lastFold = nil
 		} else if pf.first >= 0 {
 			hold, ok = pf.first, true
 		}
@@ -863,9 +912,10 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 func (a *TelemetryAssembler) CloseFolds(topic string, part int32) {
 	delete(a.folds, partKey{topic, part})
 	delete(a.open, partKey{topic, part})
+	a.lastFold = nil
 }
 
-func (j *telJob) stepRow(m rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) TrainingStep {
+func (j *telJob) stepRow(m *rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) TrainingStep {
 	r := TrainingStep{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
 		Pod: m.Pod, Node: m.Node, Pool: m.pool, Model: m.model, Framework: tl.Framework,
 		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Ranks: 1, Network: j.network,
