@@ -3,8 +3,12 @@ package parsers
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
@@ -83,3 +87,110 @@ func TestCheckpointLowerDispatch(t *testing.T) {
 // sameParse compares two parse results field by field, NaN equal to NaN
 // (the parsers' "absent").
 func sameParse(a, b any) bool { return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b) }
+
+// scales are the exponents parseScaled is called with (ms, µs, ns to s;
+// GB; none).
+var scales = []int{0, -3, -6, -9, 3, 9}
+
+// checkExactDecimal fails when exactDecimal gives a value for b that
+// parseDecimal (strconv) does not give bit for bit.
+func checkExactDecimal(t *testing.T, b []byte) {
+	t.Helper()
+	exp := bytes.ContainsAny(b, "eE")
+	for _, e := range scales {
+		v, ok := exactDecimal(b, e)
+		if !ok {
+			continue
+		}
+		if exp && e != 0 {
+			t.Fatalf("exactDecimal(%q, %d) = %v, true: a number with an exponent is scaled after reading", b, e, v)
+		}
+		buf := append(make([]byte, 0, len(b)+8), b...)
+		w, wok := parseDecimal(buf, exp, e)
+		if !wok || math.Float64bits(v) != math.Float64bits(w) {
+			t.Fatalf("exactDecimal(%q, %d) = %v (%#x); parseDecimal = %v %v (%#x)", b, e, v, math.Float64bits(v), w, wok, math.Float64bits(w))
+		}
+	}
+}
+
+var numberRE = regexp.MustCompile(`[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?`)
+
+// TestExactDecimal: the float fast path gives what strconv gives, bit for
+// bit, for every number in testdata, the trainer lines of the load
+// generator's shapes and edge cases; and it does take the common figures.
+func TestExactDecimal(t *testing.T) {
+	taken, seen := 0, 0
+	for _, l := range testdataLines(t) {
+		for _, m := range numberRE.FindAll(l, -1) {
+			seen++
+			checkExactDecimal(t, m)
+			if _, ok := exactDecimal(m, 0); ok {
+				taken++
+			}
+		}
+	}
+	if seen < 10000 || taken < seen*9/10 {
+		t.Fatalf("fast path took %d of %d numbers of testdata; want most", taken, seen)
+	}
+	for _, s := range []string{"0", "-0", "+0", "0.0", "-0.0", ".5", "5.", ".", "-", "+", "e5", "1e", "1e+", "1e-0",
+		"9007199254740991", "9007199254740992", "9007199254740993", "1e22", "1e23", "1e-22", "1e-23",
+		"123456789012345678", "1234567890123456789", "12345678901234567890", "0.000000000000000000001",
+		"00000000000000000000000000001", "1.5e10000", "1.5e-10000", "1..2", "1-2", "1e2e3", "4.9e-324",
+		"1.7976931348623157e308", "2.399630E+00", "1.500E-04", "0.0009547"} {
+		checkExactDecimal(t, []byte(s))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		checkExactDecimal(t, randomDecimal(rng))
+	}
+}
+
+// randomDecimal is a number as trainers print them: up to 20 digits, a
+// point anywhere, sometimes a sign and an exponent.
+func randomDecimal(rng *rand.Rand) []byte {
+	var b []byte
+	if rng.IntN(4) == 0 {
+		b = append(b, "+-"[rng.IntN(2)])
+	}
+	n := 1 + rng.IntN(20)
+	dot := rng.IntN(n + 2)
+	for i := range n {
+		if i == dot {
+			b = append(b, '.')
+		}
+		b = append(b, byte('0'+rng.IntN(10)))
+	}
+	if rng.IntN(3) == 0 {
+		b = append(b, "eE"[rng.IntN(2)])
+		if rng.IntN(2) == 0 {
+			b = append(b, "+-"[rng.IntN(2)])
+		}
+		b = strconv.AppendInt(b, int64(rng.IntN(40)), 10)
+	}
+	return b
+}
+
+func FuzzExactDecimal(f *testing.F) {
+	for _, s := range []string{"0", "-0.5", "1.500E-04", "2.399630E+00", "9007199254740993", "1e22", ".5", "5."} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > maxNumberLen {
+			return
+		}
+		checkExactDecimal(t, b)
+		// On digits, points, exponents and signs (no separators, no '%'),
+		// parseScaled is parseDecimal.
+		if len(bytes.Trim(b, "0123456789.eE+-")) > 0 || !bytes.ContainsAny(b, "0123456789") {
+			return
+		}
+		for _, e := range scales {
+			v, ok := parseScaled(b, e)
+			buf := append(make([]byte, 0, len(b)+8), b...)
+			w, wok := parseDecimal(buf, bytes.ContainsAny(b, "eE"), e)
+			if ok != wok || ok && math.Float64bits(v) != math.Float64bits(w) {
+				t.Fatalf("parseScaled(%q, %d) = %v %v; parseDecimal = %v %v", b, e, v, ok, w, wok)
+			}
+		}
+	})
+}
