@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -1176,14 +1177,16 @@ func scanStringCtl(b []byte, i int, ctl bool) (end int, esc, ok bool) {
 // are validated; raw control bytes are let through.
 func scanString(b []byte, i int) (end int, esc, ok bool) {
 	i++
-	// Keys and metadata values are short: a plain loop finds their end
-	// before two bytes.IndexByte calls would have started.
-	for j, n := i, min(len(b), i+24); j < n; j++ {
-		switch b[j] {
-		case '"':
-			return j + 1, false, true
-		case '\\':
-			n = 0 // escapes: the general path below
+	// Keys and metadata values are short: eight bytes at a time, the first
+	// quote or backslash of the first 24 bytes ends them before two
+	// bytes.IndexByte calls would have started.
+	for j := i; j+8 <= len(b) && j < i+24; j += 8 {
+		w := binary.LittleEndian.Uint64(b[j:])
+		if m := hasByte(w, '"') | hasByte(w, '\\'); m != 0 {
+			if k := j + bits.TrailingZeros64(m)/8; b[k] == '"' {
+				return k + 1, false, true
+			}
+			break // an escape: the general path below
 		}
 	}
 	q := -1 // index of the next '"' at or after i, not yet known to be escaped
@@ -1216,6 +1219,15 @@ func scanString(b []byte, i int) (end int, esc, ok bool) {
 			return 0, false, false
 		}
 	}
+}
+
+// hasByte returns a word whose high bit is set in each byte of w that
+// equals c, and possibly in bytes above such a byte (a borrow): its lowest
+// set bit is exact, which is all scanString uses.
+func hasByte(w uint64, c byte) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := w ^ ones*uint64(c)
+	return (x - ones) &^ x & highs
 }
 
 func isHex4(b []byte) bool {

@@ -194,3 +194,73 @@ func FuzzExactDecimal(f *testing.F) {
 		}
 	})
 }
+
+// scanStringRef is scanString one byte at a time: the reference of its
+// word-at-a-time first 24 bytes.
+func scanStringRef(b []byte, i int) (end int, esc, ok bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, esc, true
+		case '\\':
+			esc = true
+			if j+1 >= len(b) {
+				return 0, false, false
+			}
+			switch b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if j+6 > len(b) || !isHex4(b[j+2:j+6]) {
+					return 0, false, false
+				}
+				j += 5
+			default:
+				return 0, false, false
+			}
+		}
+	}
+	return 0, false, false
+}
+
+func checkScanString(t *testing.T, b []byte) {
+	t.Helper()
+	for i := range b {
+		if b[i] != '"' {
+			continue
+		}
+		e, esc, ok := scanString(b, i)
+		we, wesc, wok := scanStringRef(b, i)
+		if e != we || esc != wesc || ok != wok {
+			t.Fatalf("scanString(%q, %d) = %d %v %v; want %d %v %v", b, i, e, esc, ok, we, wesc, wok)
+		}
+	}
+}
+
+// TestScanString compares scanString with the byte loop on strings of
+// quotes, backslashes and escapes at every place in and around its first
+// 24 bytes.
+func TestScanString(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = `aaaaaaaa"\nu0f/`
+	for range 200000 {
+		b := make([]byte, 1+rng.IntN(48))
+		for j := range b {
+			b[j] = alphabet[rng.IntN(len(alphabet))]
+		}
+		b[0] = '"'
+		checkScanString(t, b)
+	}
+}
+
+func FuzzScanString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"0123456789012345678901234\n"`, `"\u00e9"`, `"\u12"`, `"abc\`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 256 {
+			return
+		}
+		checkScanString(t, b)
+	})
+}
