@@ -82,7 +82,7 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 
 // lineMarkSet is the prefilter's tokens (finderSpecs, the first
 // len(finderTokens) bits of its masks) followed by lineSet's markers.
-var lineMarkSet = newTokenSet(append(finderSpecs(), lineSpecs()...)...)
+var lineMarkSet = newTokenSet2(append(finderSpecs(), lineSpecs()...)...)
 
 // offsetIn returns where sub, a subslice of b (or empty), starts in b.
 func offsetIn(b, sub []byte) (int, bool) {

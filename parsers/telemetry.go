@@ -275,7 +275,7 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64
 // bit markCheckpointLower… of its mask for the checkpoint markers, bit
 // markNCCLInfo for tokNCCLInfo and bit markProgress+i for
 // progressParsers[i].marker.
-var lineSet = newTokenSet(lineSpecs()...)
+var lineSet = newTokenSet2(lineSpecs()...)
 
 const (
 	markCheckpointLower = iota

@@ -15,9 +15,24 @@ import (
 // about a nanosecond per byte whatever the number of tokens
 // (BenchmarkPrefilterMixed, BenchmarkFinderMixed).
 //
+// A set built by newTokenSet2 anchors each token twice, on its rarest pair
+// at an even offset and its rarest at an odd one: an occurrence has one of
+// them at an even position, so only the even positions are tested, four
+// per load instead of eight. Its false hits are more (short tokens of
+// common letters have only common pairs at one of the parities): that
+// pays for the line markers, which are searched through whole lines
+// (lineMarkSet on the load stream's lines: 15-27 % fewer CPU-ns, 376-424
+// vs 453-504 ns a line in in-process A/B runs on the shared machine), and
+// not for the prefilter, which stops at its first hit (no gain measured;
+// so Prefilter's and the finders' sets test every position).
+//
 // A tokenSet is immutable once built and safe for concurrent use.
 type tokenSet struct {
+	// toks are the anchors, one per token or (two) two; id is the token's
+	// index, its bit in masks.
 	toks []setToken
+	n    int  // tokens
+	two  bool // newTokenSet2: anchors at even positions only
 	// bits has the bit of every anchor pair (b[i] | b[i+1]<<8) set.
 	bits [1 << 10]uint64
 	// slots maps an anchor pair to its first token (open addressing on
@@ -31,13 +46,14 @@ type tokenSet struct {
 
 const tokenSlots = 256
 
-// setToken is one token of a tokenSet.
+// setToken is one anchor of a token of a tokenSet.
 type setToken struct {
 	tok   []byte
 	off   int    // offset of the anchor pair in tok
 	pair  uint16 // the anchor pair
 	check func(b []byte, at int) bool
-	next  int16 // next token with the same anchor pair, -1: none
+	id    int   // the token's index in the set
+	next  int16 // next anchor with the same pair, -1: none
 }
 
 // tokenSpec is a token and, optionally, a check of the bytes around a hit
@@ -49,51 +65,73 @@ type tokenSpec struct {
 
 func pairHash(p uint16) int { return int((uint32(p) * 0x9E3779B1) >> 24) } // 0..255
 
-// newTokenSet builds the set of specs. Every token must be at least two
-// bytes long.
-func newTokenSet(specs ...tokenSpec) *tokenSet {
-	s := &tokenSet{}
+// newTokenSet builds the set of specs, testing every position. Every token
+// must be at least two bytes long.
+func newTokenSet(specs ...tokenSpec) *tokenSet { return buildTokenSet(false, specs) }
+
+// newTokenSet2 builds the set of specs, testing every other position.
+// Every token must be at least three bytes long.
+func newTokenSet2(specs ...tokenSpec) *tokenSet { return buildTokenSet(true, specs) }
+
+func buildTokenSet(two bool, specs []tokenSpec) *tokenSet {
+	s := &tokenSet{n: len(specs), two: two}
 	for i := range s.slots {
 		s.slots[i].tok = -1
 	}
-	for _, sp := range specs {
-		if len(sp.tok) < 2 || len(s.toks) == 64 {
-			panic("parsers: token shorter than two bytes, or over 64 tokens")
+	minLen := 2
+	if two {
+		minLen = 3
+	}
+	for id, sp := range specs {
+		if len(sp.tok) < minLen || id == 64 {
+			panic("parsers: token too short, or over 64 tokens")
 		}
-		off := anchorOffset(sp.tok)
-		p := binary.LittleEndian.Uint16(sp.tok[off:])
-		t := setToken{tok: sp.tok, off: off, pair: p, check: sp.check, next: -1}
-		idx := int16(len(s.toks))
-		s.toks = append(s.toks, t)
-		s.bits[p>>6] |= 1 << (p & 63)
-		s.maxOff = max(s.maxOff, off)
-		h := pairHash(p)
-		for {
-			sl := &s.slots[h]
-			if sl.tok < 0 {
-				sl.pair, sl.tok = p, idx
-				break
-			}
-			if sl.pair == p {
-				// Chain behind the last token of this pair.
-				j := sl.tok
-				for s.toks[j].next >= 0 {
-					j = s.toks[j].next
-				}
-				s.toks[j].next = idx
-				break
-			}
-			h = (h + 1) % tokenSlots
+		t := setToken{tok: sp.tok, check: sp.check, id: id}
+		if !two {
+			t.off = anchorOffset(sp.tok, 0, 1)
+			s.add(t)
+			continue
 		}
+		t.off = anchorOffset(sp.tok, 0, 2)
+		s.add(t)
+		t.off = anchorOffset(sp.tok, 1, 2)
+		s.add(t)
 	}
 	return s
 }
 
+// add adds an anchor.
+func (s *tokenSet) add(t setToken) {
+	p := binary.LittleEndian.Uint16(t.tok[t.off:])
+	t.pair, t.next = p, -1
+	idx := int16(len(s.toks))
+	s.toks = append(s.toks, t)
+	s.bits[p>>6] |= 1 << (p & 63)
+	s.maxOff = max(s.maxOff, t.off)
+	for h := pairHash(p); ; h = (h + 1) % tokenSlots {
+		sl := &s.slots[h]
+		if sl.tok < 0 {
+			sl.pair, sl.tok = p, idx
+			return
+		}
+		if sl.pair == p {
+			// Chain behind the last anchor of this pair.
+			j := sl.tok
+			for s.toks[j].next >= 0 {
+				j = s.toks[j].next
+			}
+			s.toks[j].next = idx
+			return
+		}
+	}
+}
+
 // anchorOffset returns the offset of tok's rarest adjacent pair in log text
-// (byteCommonness), the first one of equal rarity.
-func anchorOffset(tok []byte) int {
-	best, score := 0, 1<<30
-	for i := 0; i+1 < len(tok); i++ {
+// (byteCommonness) among the offsets from, from+step, …, the first one of
+// equal rarity.
+func anchorOffset(tok []byte, from, step int) int {
+	best, score := from, 1<<30
+	for i := from; i+1 < len(tok); i += step {
 		if sc := byteCommonness(tok[i]) + byteCommonness(tok[i+1]); sc < score {
 			best, score = i, sc
 		}
@@ -171,10 +209,14 @@ func (s *tokenSet) contains(b []byte) bool {
 // has reports whether pair p is an anchor.
 func (s *tokenSet) has(p uint16) bool { return s.bits[p>>6]&(1<<(p&63)) != 0 }
 
-// nextAnchor returns the first position at or after i where an anchor pair
-// starts, or -1. Eight positions are tested per 64-bit load, branch-free,
+// nextAnchor returns the first position at or after i (of a newTokenSet2
+// set: the first even one) where an anchor pair starts, or -1. Eight
+// positions are tested per 64-bit load (four: nextAnchor2), branch-free,
 // before one branch: most of a text holds no anchor.
 func (s *tokenSet) nextAnchor(b []byte, i int) int {
+	if s.two {
+		return s.nextAnchor2(b, i)
+	}
 	for ; i+9 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
 		w2 := uint64(b[i+8])<<56 | w>>8 // b[i+1 : i+9]
@@ -199,9 +241,27 @@ func (s *tokenSet) nextAnchor(b []byte, i int) int {
 	return -1
 }
 
-// mask returns the set of tokens (bit i: s.toks[i]; at most 64) that
-// occur in b, each accepted by its check, from one pass over b.
-func (s *tokenSet) mask(b []byte) uint64 { return s.maskWithin(b, len(s.toks), 0, len(b)) }
+func (s *tokenSet) nextAnchor2(b []byte, i int) int {
+	i += i & 1
+	bits := &s.bits
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		p0, p2, p4, p6 := uint16(w), uint16(w>>16), uint16(w>>32), uint16(w>>48)
+		if (bits[p0>>6]>>(p0&63)|bits[p2>>6]>>(p2&63)|bits[p4>>6]>>(p4&63)|bits[p6>>6]>>(p6&63))&1 != 0 {
+			break
+		}
+	}
+	for ; i+1 < len(b); i += 2 {
+		if s.has(binary.LittleEndian.Uint16(b[i:])) {
+			return i
+		}
+	}
+	return -1
+}
+
+// mask returns the set of tokens (bit i: the set's i-th token; at most
+// 64) that occur in b, each accepted by its check, from one pass over b.
+func (s *tokenSet) mask(b []byte) uint64 { return s.maskWithin(b, s.n, 0, len(b)) }
 
 // maskWithin is mask of b for its first k tokens and, for the others, of
 // b[lo:hi] (only occurrences that lie wholly inside it count; their checks,
@@ -220,17 +280,17 @@ func (s *tokenSet) maskWithin(b []byte, k, lo, hi int) (m uint64) {
 			if at < 0 || at+len(tk.tok) > len(b) {
 				continue
 			}
-			if int(t) >= k && (at < lo || at+len(tk.tok) > hi) {
+			if tk.id >= k && (at < lo || at+len(tk.tok) > hi) {
 				continue
 			}
 			if bytes.Equal(b[at:at+len(tk.tok)], tk.tok) && (tk.check == nil || tk.check(b, at)) {
-				m |= 1 << t
+				m |= 1 << tk.id
 			}
 		}
 	}
 }
 
-// first returns the first token anchored on pair p, or -1.
+// first returns the first anchor on pair p, or -1.
 func (s *tokenSet) first(p uint16) int16 {
 	for h := pairHash(p); ; h = (h + 1) % tokenSlots {
 		sl := &s.slots[h]

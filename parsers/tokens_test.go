@@ -230,8 +230,8 @@ func TestLineSetMask(t *testing.T) {
 // naiveLineMask is lineSet.mask by one bytes.Contains per marker.
 func naiveLineMask(b []byte) uint64 {
 	var m uint64
-	for i, tk := range lineSet.toks {
-		if bytes.Contains(b, tk.tok) {
+	for i, sp := range lineSpecs() {
+		if bytes.Contains(b, sp.tok) {
 			m |= 1 << i
 		}
 	}
