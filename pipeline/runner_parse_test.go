@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -291,11 +290,11 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 }
 
 // TestParseWorkersConfig: pipeline.parse_workers is read from YAML,
-// defaults to GOMAXPROCS capped at 4, and is checked with its field path.
+// defaults to 1 (parsing on the loop), and is checked with its field path.
 func TestParseWorkersConfig(t *testing.T) {
 	def := pipeline.DefaultRunnerConfig()
-	if want := min(runtime.GOMAXPROCS(0), 4); def.ParseWorkers != want {
-		t.Errorf("default parse_workers = %d; want %d (GOMAXPROCS, at most 4)", def.ParseWorkers, want)
+	if def.ParseWorkers != 1 {
+		t.Errorf("default parse_workers = %d; want 1 (parsing on the loop)", def.ParseWorkers)
 	}
 	cfg := pipeline.DefaultRunnerConfig()
 	if err := yaml.Unmarshal([]byte("parse_workers: 3\n"), &cfg); err != nil || cfg.ParseWorkers != 3 {
