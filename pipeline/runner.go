@@ -492,7 +492,7 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// fold window holds has turned quiet at its end: its commit
 			// waits for nothing else (record-to-commit latency at the end
 			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
-			if now := r.deps.Now(); now.Sub(r.last) < r.cfg.Batch.MaxWait && !r.foldReleasable(now) {
+			if now := r.deps.Now(); now.Sub(r.last) < r.cfg.Batch.MaxWait && !r.releasable(now, true) {
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -855,23 +855,16 @@ func (p *partState) quiet(now time.Time, idle time.Duration) bool {
 }
 
 // releasable reports whether a partition whose commit was held back is
-// quiet now: a flush commits it to its end.
-func (r *Runner) releasable(now time.Time) bool {
+// quiet now: a flush commits it to its end. With fold only a hold by an
+// open fold window counts (the tick's early flush): a partition held by a
+// partial line alone stays held whatever the flush.
+func (r *Runner) releasable(now time.Time, fold bool) bool {
 	for _, ps := range r.parts {
-		if ps.held && ps.quiet(now, r.cfg.FoldIdle) {
-			return true
+		held := ps.held
+		if fold {
+			held = ps.foldHeld
 		}
-	}
-	return false
-}
-
-// foldReleasable reports whether a partition whose commit an open fold
-// window held back is quiet now: a flush closes the window and commits to
-// the end. A partition held by a partial line alone does not count: its
-// hold stays whatever the flush.
-func (r *Runner) foldReleasable(now time.Time) bool {
-	for _, ps := range r.parts {
-		if ps.foldHeld && ps.quiet(now, r.cfg.FoldIdle) {
+		if held && ps.quiet(now, r.cfg.FoldIdle) {
 			return true
 		}
 	}
@@ -1042,7 +1035,7 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 			r.dirty[job] = true
 		}
 	}
-	release := r.releasable(now)
+	release := r.releasable(now, false)
 	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release {
 		r.stored()
 		return nil, false
