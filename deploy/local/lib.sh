@@ -222,12 +222,14 @@ already_running() {
 # wait_ready DEADLINE POLL WHAT TIMEOUT_MSG CMD...: run CMD every POLL seconds
 # until it succeeds. Dies with "WHAT exited during startup" when the server
 # is gone, or with TIMEOUT_MSG once SECONDS reaches DEADLINE, showing log_tail
-# first in both cases.
+# first in both cases. Gone means its pid no longer lives: right after the
+# start the pid can still be the subshell that is about to exec the server
+# (its command line not the server's yet), which is starting, not gone.
 wait_ready() {
-  local deadline="$1" poll="$2" what="$3" timeout_msg="$4"
+  local deadline="$1" poll="$2" what="$3" timeout_msg="$4" pid
   shift 4
   until "$@"; do
-    if ! is_running; then
+    if ! is_running && ! { pid="$(read_pid)" && kill -0 "$pid" 2>/dev/null; }; then
       log_tail
       die "$what exited during startup"
     fi
