@@ -10,9 +10,10 @@
 # 3000000), printing each report: ClickHouse's Kafka engine and then
 # `ncclwatch run` consume the same fresh topic, and the ratio is printed.
 # LOAD_FLAGS go to every run, e.g. `-- --jobs 128 --partitions 16 --config
-# tuned.yaml` (PEER=0 drops --peer); see `ncclwatch-load -h`. Every run uses
-# a fresh topic and database (dropped at the end of the run; the topic's
-# data goes with `kafka.sh stop`).
+# tuned.yaml` (PEER=0 drops --peer); see `ncclwatch-load -h`. The report
+# has the local server's CPU when clickhouse.sh's pid file is there. Every
+# run uses a fresh topic and database (dropped at the end of the run; the
+# topic's data goes with `kafka.sh stop`).
 #
 # env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CLICKHOUSE_PORT (9000)
 #      CLICKHOUSE_HTTP_PORT (8123), as for the server scripts;
@@ -78,12 +79,17 @@ if [[ -z "$LOAD_BIN" ]]; then
 fi
 peer=()
 [[ "$PEER" == 1 ]] && peer=(--peer --kafka-tool "$HERE/kafka.sh tool")
+# The local server's pid (clickhouse.sh's pid file): the report gives its
+# CPU during each consume phase.
+chpid_file="${TMPDIR:-/tmp}/ncclwatch-clickhouse-$CLICKHOUSE_PORT/clickhouse.pid"
+server=()
+[[ -r "$chpid_file" ]] && server=(--clickhouse-pid "$(cat "$chpid_file")")
 
 log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 status=0
 for n in "${counts[@]}"; do
   log "ncclwatch-load ${peer[*]} --records $n $*"
-  if ! "$LOAD_BIN" --ncclwatch "$BIN" "${peer[@]}" --brokers "127.0.0.1:$KAFKA_PORT" --clickhouse "127.0.0.1:$CLICKHOUSE_PORT" --records "$n" "$@"; then
+  if ! "$LOAD_BIN" --ncclwatch "$BIN" "${peer[@]}" "${server[@]}" --brokers "127.0.0.1:$KAFKA_PORT" --clickhouse "127.0.0.1:$CLICKHOUSE_PORT" --records "$n" "$@"; then
     status=1
   fi
   echo

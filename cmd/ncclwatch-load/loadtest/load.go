@@ -54,7 +54,11 @@ type Options struct {
 	ProduceOnly bool
 	Keep        bool
 	CPUProfile  string // CPU profile of ncclwatch's consume phase
-	Timeout     time.Duration
+	// ServerPID, when set, is the pid of the ClickHouse server (on this
+	// host): its CPU during the peer's and ncclwatch's consume phases is
+	// reported.
+	ServerPID string
+	Timeout   time.Duration
 }
 
 // DefaultOptions is the benchmark: 1 M records over 64 jobs on 8
@@ -242,25 +246,11 @@ func procStatus(pid string) (rss, hwm int64) {
 	return rss, hwm
 }
 
-// procCPU returns process pid's user+system CPU time from /proc/pid/stat
-// (clock ticks of 1/100 s, the Linux USER_HZ).
+// procCPU returns process pid's user+system CPU time (see readCPU), 0
+// when it cannot be read.
 func procCPU(pid string) time.Duration {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
+	u, s, _ := readCPU(pid)
+	return u + s
 }
 
 // selfCPU returns this process's user+system CPU time.
@@ -334,7 +324,11 @@ type Report struct {
 	server        string
 	produce       phase
 	peer          *peerResult
-	consume       phase         // ncclwatch run started → its group's lag 0
+	consume       phase       // ncclwatch run started → its group's lag 0
+	serverPeer    *serverCPU  // the ClickHouse server's CPU during the peer's phase
+	serverConsume *serverCPU  // … and during ncclwatch's consume phase
+	parts         partFigures // of ncclwatch's tables at lag 0
+	partsErr      error
 	firstCommit   time.Duration // ncclwatch run started → its first commit
 	latRecords    int64
 	latencies     []time.Duration // sorted
@@ -378,6 +372,21 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "consume:  ncclwatch run: %s (process start to group lag 0; first commit after %.2f s)\n",
 		r.consume, r.firstCommit.Seconds())
+	if r.serverPeer != nil || r.serverConsume != nil {
+		fmt.Fprintf(w, "server:   ClickHouse server CPU (pid %s)", o.ServerPID)
+		if r.serverPeer != nil {
+			fmt.Fprintf(w, " while the peer consumed: %s;", r.serverPeer)
+		}
+		if r.serverConsume != nil {
+			fmt.Fprintf(w, " while ncclwatch consumed: %s", r.serverConsume)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.partsErr != nil {
+		fmt.Fprintf(w, "parts:    %v\n", r.partsErr)
+	} else if r.parts.inserted > 0 {
+		fmt.Fprintf(w, "parts:    ncclwatch's tables at lag 0: %s\n", r.parts)
+	}
 	if p := r.peer; p != nil && p.phase.rate() > 0 {
 		fmt.Fprintf(w, "ratio:    ncclwatch %.2fx the Kafka engine's records/s\n", r.consume.rate()/p.phase.rate())
 	}
@@ -443,13 +452,16 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	}
 
 	if o.Peer {
+		probe := startServerProbe(o.ServerPID)
 		if rep.peer, err = runPeer(ctx, o, ch, offs, end, rep.produce, stderr); err != nil {
 			return rep, fmt.Errorf("peer: %w", err)
 		}
+		rep.serverPeer = probe.stop()
 	}
 
 	// ncclwatch run on the backlog, timed to its group's lag 0.
 	group := o.Topic
+	probe := startServerProbe(o.ServerPID)
 	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
 	if err != nil {
 		return rep, err
@@ -460,6 +472,8 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 		return rep, fmt.Errorf("ncclwatch run consuming the backlog: %w", err)
 	}
 	rep.consume = phase{records: rep.produce.records, bytes: rep.produce.bytes, wall: lag.done.Sub(svc.started), cpu: procCPU(svc.pid)}
+	rep.serverConsume = probe.stop()
+	rep.parts, rep.partsErr = countParts(ctx, ch, o.Database)
 	rep.firstCommit = lag.first.Sub(svc.started)
 	rep.maxRSSConsume = svc.mem.reset()
 	if o.CPUProfile != "" {

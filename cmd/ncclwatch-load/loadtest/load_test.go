@@ -196,3 +196,26 @@ func TestIntegrationLoad(t *testing.T) {
 		t.Errorf("nccl_events rows a query sees: %s; want %s (NCCL lines of backlog and latency phase)\n%s", rep.stored, want, out.String())
 	}
 }
+
+// TestSampleCPU reads a process's CPU the way the report reads the
+// ClickHouse server's: this test process has used some, and no pid means no
+// figure.
+func TestSampleCPU(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		_ = crc32.ChecksumIEEE([]byte(strconv.Itoa(n)))
+	}
+	s, ok := sampleCPU(strconv.Itoa(os.Getpid()))
+	if !ok || s.user+s.sys <= 0 || len(s.threads) == 0 {
+		t.Fatalf("sampleCPU(self) = %+v, %v; want some CPU and threads", s, ok)
+	}
+	if d := s.since(s); d != (serverCPU{}) {
+		t.Errorf("s.since(s) = %+v; want zero", d)
+	}
+	if _, ok := sampleCPU(""); ok {
+		t.Error("sampleCPU(\"\") ok; want no figure without a pid")
+	}
+	if p := startServerProbe(""); p.stop() != nil {
+		t.Error("a probe without a pid gave a figure")
+	}
+}

@@ -1,0 +1,185 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/sinks"
+)
+
+// serverCPU is a ClickHouse server's CPU time: user and system (kernel)
+// time of the whole process, and the part of it spent in the threads that
+// do the work of a stream's inserts: the TCPHandler threads (one per client
+// connection: receiving, sorting and writing each insert's part) and the
+// BackgrProcPool threads (merges).
+type serverCPU struct {
+	user, sys      time.Duration
+	inserts, merge time.Duration
+}
+
+// cpuSample is one reading of a process and its threads.
+type cpuSample struct {
+	user, sys time.Duration
+	threads   map[string]threadCPU // by thread id
+}
+
+type threadCPU struct {
+	name string
+	cpu  time.Duration
+}
+
+// readCPU reads process pid's CPU times from /proc/pid/stat (clock ticks
+// of 1/100 s, the Linux USER_HZ); ok is false when it cannot.
+func readCPU(pid string) (user, sys time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// Fields after the command name, which is in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return time.Duration(u) * 10 * time.Millisecond, time.Duration(s) * 10 * time.Millisecond, true
+}
+
+// sampleCPU reads server pid and its threads; ok is false when it cannot
+// (no pid given, not Linux, another user's process).
+func sampleCPU(pid string) (s cpuSample, ok bool) {
+	if pid == "" {
+		return s, false
+	}
+	if s.user, s.sys, ok = readCPU(pid); !ok {
+		return s, false
+	}
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return s, false
+	}
+	s.threads = make(map[string]threadCPU, len(tasks))
+	for _, t := range tasks {
+		comm, err := os.ReadFile("/proc/" + pid + "/task/" + t.Name() + "/comm")
+		if err != nil {
+			continue // the thread ended
+		}
+		u, sy, ok := readCPU(pid + "/task/" + t.Name())
+		if !ok {
+			continue
+		}
+		s.threads[t.Name()] = threadCPU{name: strings.TrimSpace(string(comm)), cpu: u + sy}
+	}
+	return s, true
+}
+
+// since returns the CPU from o to s. A thread's time goes to the pool it
+// is in at s (pooled threads take a pool's name when they start a task);
+// a thread that ended between the readings is in neither pool's figure,
+// only in the process's user and system time.
+func (s cpuSample) since(o cpuSample) serverCPU {
+	c := serverCPU{user: s.user - o.user, sys: s.sys - o.sys}
+	for id, t := range s.threads {
+		d := t.cpu - o.threads[id].cpu
+		switch t.name {
+		case "TCPHandler":
+			c.inserts += d
+		case "BackgrProcPool":
+			c.merge += d
+		}
+	}
+	return c
+}
+
+func (c serverCPU) String() string {
+	return fmt.Sprintf("%.1f s (user %.1f, system %.1f; insert threads %.1f, merge threads %.1f)",
+		(c.user + c.sys).Seconds(), c.user.Seconds(), c.sys.Seconds(), c.inserts.Seconds(), c.merge.Seconds())
+}
+
+// serverProbe measures the server's CPU over a phase.
+type serverProbe struct {
+	pid   string
+	start cpuSample
+	ok    bool
+}
+
+func startServerProbe(pid string) *serverProbe {
+	p := &serverProbe{pid: pid}
+	p.start, p.ok = sampleCPU(pid)
+	return p
+}
+
+// stop returns the CPU since start, or nil when it could not be read.
+func (p *serverProbe) stop() *serverCPU {
+	if !p.ok {
+		return nil
+	}
+	end, ok := sampleCPU(p.pid)
+	if !ok {
+		return nil
+	}
+	c := end.since(p.start)
+	return &c
+}
+
+// partFigures are the data parts of ncclwatch's tables: written by inserts
+// (level 0) and by merges, active or merged away but not yet removed (18.16
+// removes them after old_parts_lifetime, 8 minutes). Each part is a
+// directory of two files per column stream (Nullable and Array columns
+// have two streams) and a few more; files counts them where the server's
+// data directory is readable here, 0 otherwise.
+type partFigures struct {
+	inserted, merged, files int
+}
+
+func (p partFigures) String() string {
+	s := fmt.Sprintf("%d parts written by inserts, %d by merges", p.inserted, p.merged)
+	if p.files > 0 {
+		s += fmt.Sprintf("; %d files in them", p.files)
+	}
+	return s
+}
+
+// countParts reads the part figures of database db.
+func countParts(ctx context.Context, ch *sinks.ClickHouse, db string) (partFigures, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var p partFigures
+	rows, err := ch.Query(ctx, "SELECT level, path FROM system.parts WHERE database = ? "+
+		"AND table != 'schema_migrations' AND NOT startsWith(table, 'peer_')", db)
+	if err != nil {
+		return p, fmt.Errorf("parts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			level uint32
+			path  string
+		)
+		if err := rows.Scan(&level, &path); err != nil {
+			return p, fmt.Errorf("parts: %w", err)
+		}
+		if level == 0 {
+			p.inserted++
+		} else {
+			p.merged++
+		}
+		if files, err := filepath.Glob(filepath.Join(path, "*")); err == nil {
+			p.files += len(files)
+		}
+	}
+	return p, rows.Err()
+}
