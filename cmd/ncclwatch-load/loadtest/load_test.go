@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"hash/crc32"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,6 +148,21 @@ func TestIntegrationLoad(t *testing.T) {
 	o.NCCLWatch, o.KafkaTool, o.Peer = bin, []string{"../../../deploy/local/kafka.sh", "tool"}, true
 	o.Records, o.Jobs, o.Partitions, o.Producers = 10000, 8, 4, 2
 	o.LatRate, o.LatDuration, o.Timeout = 2000, time.Second, 3*time.Minute
+	// The test server's pid, as load.sh finds it (deploy/local/
+	// clickhouse.sh's pid file for its port), when it runs here.
+	local := false
+	if _, port, err := net.SplitHostPort(chAddr); err == nil {
+		dir := os.Getenv("TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "ncclwatch-clickhouse-"+port, "clickhouse.pid")); err == nil {
+			pid := strings.TrimSpace(string(b))
+			if _, ok := sampleCPU(pid); ok {
+				o.ServerPID, local = pid, true
+			}
+		}
+	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +177,26 @@ func TestIntegrationLoad(t *testing.T) {
 	}
 	t.Logf("report:\n%s", out.String())
 	for _, want := range []string{"produce:  10000 records", "consume:  ncclwatch run: 10000 records", "peer:     ClickHouse Kafka engine",
-		"ratio:", "record-to-row p50", "VmHWM", "socket_fallback"} {
+		"ratio:", "record-to-row p50", "VmHWM", "socket_fallback", "parts:    ncclwatch's tables at lag 0: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Every insert writes a part: at least nccl_events, training_steps and
+	// the summaries got one.
+	if rep.parts.inserted < 4 {
+		t.Errorf("parts written by inserts: %d; want at least 4\n%s", rep.parts.inserted, out.String())
+	}
+	if local {
+		if rep.serverPeer == nil || rep.serverConsume == nil || !strings.Contains(out.String(), "server:   ClickHouse server CPU (pid "+o.ServerPID+")") {
+			t.Errorf("no server CPU figures with the local server's pid %s:\n%s", o.ServerPID, out.String())
+		} else if rep.serverPeer.user+rep.serverPeer.sys <= 0 {
+			// The Kafka engine consumes in the server: 10 000 JSON
+			// records take more than one 10 ms clock tick.
+			t.Errorf("server CPU while the peer consumed: %+v; want some", *rep.serverPeer)
+		}
+		if rep.parts.files < 10*rep.parts.inserted {
+			t.Errorf("%d files in %d parts; want the files of the local server's parts (over 10 each)", rep.parts.files, rep.parts.inserted)
 		}
 	}
 	// The NCCL lines of the stream, counted from the generator: the peer's
