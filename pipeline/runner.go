@@ -297,6 +297,16 @@ type Runner struct {
 	sampled  map[string]time.Time // Kafka key → last activity sample
 	gen      context.Context      // the current generation (Assigned's ctx); nil without one
 
+	// Records in hand when the generation ended (Run only): a full batch
+	// cannot be stored under the generation's context any more, so the
+	// loop stops applying records there (suspended) and keeps the rest
+	// (late; with parse workers also the jobs out, the head's applied
+	// part marked) until the revocation, which applies them with its own
+	// deadline (revoking), in batches of max_rows as before the end.
+	suspended bool
+	late      [][]Message
+	revoking  context.Context
+
 	// The batch being stored while the loop builds the next (Run only):
 	// at most one in flight. Its Batch belongs to the insert goroutine
 	// until the loop receives its result; held is a batch whose store was
@@ -462,12 +472,21 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 	defer tick.Stop()
 	for {
 		inputs := in
-		if r.pool.full() {
+		if r.pool.full() && !r.suspended {
 			inputs = nil // the workers hold enough: back-pressure to the source
 		}
 		select {
 		case x, ok := <-inputs:
 			if !ok {
+				if r.genEnded() {
+					// No revocation came (the source stopped without
+					// one): what is in hand is drained as the end of the
+					// input.
+					r.gen = nil
+				}
+				if err := r.resumeLate(ctx, ctx); err != nil {
+					return err
+				}
 				if err := r.drainParsed(ctx); err != nil {
 					return err
 				}
@@ -476,7 +495,7 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			if err := r.handle(ctx, x); err != nil {
 				return err
 			}
-		case <-r.pool.headDone():
+		case <-r.headDone():
 			if err := r.applyHead(ctx); err != nil {
 				return err
 			}
@@ -522,6 +541,16 @@ func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelF
 // previous batch must have landed first (at most one in flight: a sink
 // slower than the stream holds the loop here, back-pressure).
 func (r *Runner) flushNow(ctx context.Context) error {
+	if r.revoking != nil {
+		// The records of an ended generation, applied at its revocation:
+		// stored within the revocation's deadline, not the generation's.
+		return r.start(r.revoking, false)
+	}
+	if r.genEnded() {
+		// Every store would be cut short at once (and a held batch sent
+		// again only to fail): the revocation stores what is open.
+		return context.Cause(r.gen)
+	}
 	if !r.async {
 		fctx, cancel := r.flushCtx(ctx)
 		defer cancel()
@@ -530,10 +559,17 @@ func (r *Runner) flushNow(ctx context.Context) error {
 	return r.start(ctx, true)
 }
 
+// genEnded reports whether the generation the loop holds has ended (its
+// revocation is on its way).
+func (r *Runner) genEnded() bool { return r.gen != nil && r.gen.Err() != nil }
+
 // start lands the batch in flight (or stores the held one), then sends the
 // open batch off without waiting for it; with gen both also end with the
 // generation (see flushCtx).
 func (r *Runner) start(ctx context.Context, gen bool) error {
+	if err := ctx.Err(); err != nil {
+		return err // a held batch is not sent again to fail at once
+	}
 	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if gen {
 		sctx, cancel = r.flushCtx(ctx)
@@ -674,18 +710,34 @@ func (r *Runner) abandon() {
 func fatal(err error) bool { return IsPermanent(err) }
 
 // handle is one step of the loop. With parse workers, records are sent
-// to them, and an assignment or revocation waits until every record before
-// it was applied.
+// to them. While the loop is suspended (the generation ended with a full
+// batch in hand) records are kept for the revocation. An assignment or
+// revocation first applies every record before it (resumeLate); a
+// revocation stores them within its own deadline.
 func (r *Runner) handle(ctx context.Context, x Input) error {
-	if r.pool != nil {
-		if x.Kind == InputMessage {
-			ms := x.Messages
-			if ms == nil {
-				ms = []Message{x.Message}
-			}
-			return r.dispatch(ctx, ms)
+	if x.Kind == InputMessage && (r.pool != nil || r.suspended) {
+		ms := x.Messages
+		if ms == nil {
+			ms = []Message{x.Message}
 		}
-		if err := r.applyAll(ctx); err != nil {
+		if r.suspended {
+			r.late = append(r.late, ms)
+			return nil
+		}
+		return r.dispatch(ctx, ms)
+	}
+	if x.Kind == InputRevoked {
+		// What the loop holds of the ended generation is applied and
+		// stored within the revocation's deadline; the last of those
+		// stores may still fly when Revoked settles it, so fctx ends
+		// after Revoked.
+		fctx, cancel := revokeCtx(x.Ctx)
+		defer cancel()
+		if err := r.resumeLate(ctx, fctx); err != nil {
+			return err
+		}
+	} else if x.Kind == InputAssigned {
+		if err := r.resumeLate(ctx, ctx); err != nil {
 			return err
 		}
 	}
@@ -714,14 +766,64 @@ func (r *Runner) handle(ctx context.Context, x Input) error {
 	return nil
 }
 
-// messages processes records in order; a fatal error stops it.
+// messages processes records in order; a fatal error stops it, and a
+// suspension (the generation ended with the batch full) keeps the rest
+// for the revocation.
 func (r *Runner) messages(ctx context.Context, ms []Message) error {
 	for i := range ms {
+		if r.suspended {
+			r.late = append(r.late, ms[i:])
+			return nil
+		}
 		if err := r.message(ctx, &ms[i]); err != nil && fatal(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+// resumeLate ends a suspension: the records in hand of the ended
+// generation (the parse workers' jobs, then the late runs, in input
+// order) are applied, a full batch stored at once and each one after it,
+// with fctx (the revocation's deadline). With nothing suspended it
+// applies the workers' jobs out the same way. A fatal error stops it.
+func (r *Runner) resumeLate(ctx, fctx context.Context) error {
+	if !r.suspended && (r.pool == nil || len(r.pool.queue) == 0) {
+		return nil
+	}
+	r.suspended, r.revoking = false, fctx
+	defer func() { r.revoking = nil }()
+	late := r.late
+	r.late = nil
+	if r.full() {
+		if err := r.flushNow(ctx); err != nil && fatal(err) {
+			return err
+		}
+	}
+	if err := r.applyAll(ctx); err != nil {
+		return err
+	}
+	for _, ms := range late {
+		var err error
+		if r.pool != nil {
+			err = r.dispatch(ctx, ms)
+		} else {
+			err = r.messages(ctx, ms)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return r.applyAll(ctx)
+}
+
+// revokeCtx is the context of a revocation's stores: its deadline less
+// revokeMargin.
+func revokeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, d.Add(-revokeMargin))
+	}
+	return ctx, func() {}
 }
 
 // watch sets the health gauges and logs an outage once it lasted
@@ -828,13 +930,26 @@ func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines in
 }
 
 // admitted ends a record: its coordinates count in the batch's bytes, and
-// a full batch is flushed.
+// a full batch is flushed. Within Run, a full batch that cannot be stored
+// because the generation ended suspends the loop's records until the
+// revocation (resumeLate): the batch keeps max_rows, and the stores are
+// not tried once per record to fail.
 func (r *Runner) admitted(ctx context.Context) error {
 	r.batch.Bytes += 16 // coordinates
-	if r.batch.Len() >= r.cfg.Batch.MaxRows || r.batch.Bytes >= r.cfg.Batch.MaxBytes {
-		return r.flushNow(ctx)
+	if !r.full() {
+		return nil
 	}
-	return nil
+	err := r.flushNow(ctx)
+	if r.async && r.revoking == nil && r.genEnded() && r.full() {
+		r.suspended = true
+		return nil
+	}
+	return err
+}
+
+// full reports whether the open batch is due for a size flush.
+func (r *Runner) full() bool {
+	return r.batch.Len() >= r.cfg.Batch.MaxRows || r.batch.Bytes >= r.cfg.Batch.MaxBytes
 }
 
 // partState is what the loop knows of a partition of the generation.
@@ -1360,12 +1475,8 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	// Evicted): the rules stage keeps their alerts as they are.
 	released := r.heldJobs()
 	r.batch.Released = append(r.batch.Released[:0], released...)
-	fctx := ctx
-	if d, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		fctx, cancel = context.WithDeadline(ctx, d.Add(-revokeMargin))
-		defer cancel()
-	}
+	fctx, cancel := revokeCtx(ctx)
+	defer cancel()
 	err := r.flush(fctx)
 	if err != nil {
 		rows := r.batch.Len()

@@ -458,3 +458,151 @@ func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
 		})
 	})
 }
+
+// revokeSink holds its first call until the call's context ends (an insert
+// in progress when a rebalance ends the generation); every later call takes
+// a millisecond and then stores the batch, unless its context ended
+// meanwhile (as a ClickHouse insert fails then). It keeps, per stored
+// batch, the offsets of its events and its communicators' keys.
+type revokeSink struct {
+	mu      sync.Mutex
+	hold    bool
+	started chan struct{} // closed when the held call began
+	calls   int
+	failed  int
+	batches []string
+}
+
+func (s *revokeSink) Consume(ctx context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	s.calls++
+	hold := s.hold
+	s.hold = false
+	s.mu.Unlock()
+	if hold {
+		close(s.started)
+		<-ctx.Done()
+	} else {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		s.failed++
+		return err
+	}
+	var comms []string
+	for _, c := range b.Comms {
+		comms = append(comms, c.CommID)
+	}
+	s.batches = append(s.batches, fmt.Sprintf("events %v comms %v offsets %v", eventOffsets(b), comms, b.Offsets))
+	return nil
+}
+
+// TestRunLoopRebalanceKeepsBatches: records the loop holds when a rebalance
+// ends the generation (a batch in flight, the next one full and waiting for
+// it, more records queued behind) are applied at the revocation in batches
+// of max_rows, with a size flush stored at each, as without the rebalance:
+// not swallowed into one oversized batch at the revocation, and the sink not
+// called once per record with a context that already ended. A communicator
+// without a commId that exists only between two records further apart than
+// max_rows (the nRanks line before the process's Init START line) is stored
+// by a batch in between (TestIntegrationCluster lost such a row with parse
+// workers: /it/gen-00-ib/nranks=16).
+func TestRunLoopRebalanceKeepsBatches(t *testing.T) {
+	const maxRows = 5
+	var first, second []string
+	for i := range 12 {
+		first = append(first, fmt.Sprintf("f%d:1:1 [0] NCCL INFO Using network IB", i))
+	}
+	second = append(second, "h:1:1 [0] NCCL INFO comm 0xa1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0")
+	for i := range 2 * maxRows {
+		second = append(second, fmt.Sprintf("s%d:1:1 [0] NCCL INFO Using network IB", i))
+	}
+	second = append(second, "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa1 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0xde4443395863ef4a - Init START")
+	for i := range 3 {
+		second = append(second, fmt.Sprintf("t%d:1:1 [0] NCCL INFO Using network IB", i))
+	}
+	// run feeds the two runs of records in one generation and revokes it;
+	// with interrupt the first batch's insert is in flight until the
+	// generation ends, which happens while the loop waits for it with the
+	// second batch full and the second run of records queued.
+	run := func(t *testing.T, workers int, interrupt bool) (*revokeSink, [][]pipeline.Offset) {
+		var sink *revokeSink
+		var commits [][]pipeline.Offset
+		synctest.Test(t, func(t *testing.T) {
+			sink = &revokeSink{hold: interrupt, started: make(chan struct{})}
+			h := newHarness(t, nil, nil)
+			cfg := parseModeConfig(workers)
+			cfg.Batch.MaxRows, cfg.Batch.MaxWait = maxRows, time.Hour // size flushes only
+			cfg.RetryBackoff, cfg.MaxBackoff = time.Millisecond, time.Millisecond
+			h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory, NewDecoder: h.decoder,
+				Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
+				Now: func() time.Time { return h.now }})
+			in := make(chan pipeline.Input, 2)
+			done := make(chan error, 1)
+			go func() { done <- h.r.Run(t.Context(), in) }()
+			ask := func(kind pipeline.InputKind, ctx context.Context) {
+				t.Helper()
+				reply := make(chan error, 1)
+				in <- pipeline.Input{Kind: kind, Partitions: []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: -1}}, Ctx: ctx, Done: reply}
+				if err := <-reply; err != nil {
+					t.Fatalf("%v: %v", kind, err)
+				}
+			}
+			msgs := func(lines []string) []pipeline.Message {
+				var ms []pipeline.Message
+				for _, l := range lines {
+					ms = append(ms, pipeline.Message{Topic: "logs", Partition: 0, Offset: h.next(0), Key: []byte("j"),
+						Value: fluentBit(t, l, "j", "p", "n"), Time: h.now})
+				}
+				return ms
+			}
+			gen, endGen := context.WithCancel(t.Context())
+			defer endGen()
+			ask(pipeline.InputAssigned, gen)
+			in <- pipeline.Input{Messages: msgs(first)}
+			if interrupt {
+				<-sink.started
+			}
+			in <- pipeline.Input{Messages: msgs(second)}
+			if !interrupt {
+				time.Sleep(time.Second) // every batch stored in the generation
+			}
+			synctest.Wait()
+			endGen()
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ask(pipeline.InputRevoked, rctx)
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			h.commit.mu.Lock()
+			commits = h.commit.commits
+			h.commit.mu.Unlock()
+		})
+		return sink, commits
+	}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		want, wantCommits := run(t, workers, false)
+		all := strings.Join(want.batches, "\n")
+		if !strings.Contains(all, "nranks=2") || want.failed != 0 || len(want.batches) < 5 {
+			t.Fatalf("without the rebalance: %d failed calls, batches\n\t%s\nwant several, one with the keyless communicator nranks=2",
+				want.failed, strings.Join(want.batches, "\n\t"))
+		}
+		got, gotCommits := run(t, workers, true)
+		if got.failed != 1 {
+			t.Errorf("%d sink calls failed (of %d); want 1, the insert the rebalance cut short", got.failed, got.calls)
+		}
+		if g, w := strings.Join(got.batches, "\n\t"), strings.Join(want.batches, "\n\t"); g != w {
+			t.Errorf("stored batches with a rebalance while an insert was in flight:\n\t%s\nwant, as without it:\n\t%s", g, w)
+		}
+		if g, w := show(gotCommits), show(wantCommits); g != w {
+			t.Errorf("commits %s; want %s", g, w)
+		}
+	})
+}

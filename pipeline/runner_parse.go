@@ -197,6 +197,8 @@ type parseJob struct {
 	recs  []parsedRecord // one per record (one for a flush)
 	out   Parsed
 	done  chan struct{} // one value when the worker is through with the job
+	ready bool          // done's value was received
+	next  int           // records applied so far (a suspension stops apply between two)
 }
 
 // parsedRecord is what a worker made of one record of a job.
@@ -365,14 +367,15 @@ func (p *parsePool) pop() *parseJob {
 
 // release keeps an applied job for its buffers.
 func (p *parsePool) release(j *parseJob) {
-	j.msgs, j.flush = nil, false
+	j.msgs, j.flush, j.ready, j.next = nil, false, false, 0
 	clear(j.recs) // the errors
 	p.free = append(p.free, j)
 }
 
 // dispatch sends records to the parse workers: each run of consecutive
 // records of one worker's partitions is one job. When as many jobs are
-// out as may be, the oldest is applied first.
+// out as may be, the oldest is applied first; a suspension meanwhile
+// keeps the records not sent for the revocation.
 func (r *Runner) dispatch(ctx context.Context, ms []Message) error {
 	p := r.pool
 	for len(ms) > 0 {
@@ -381,10 +384,14 @@ func (r *Runner) dispatch(ctx context.Context, ms []Message) error {
 		for n < len(ms) && p.worker(partKey{ms[n].Topic, ms[n].Partition}) == w {
 			n++
 		}
-		for p.full() {
+		for p.full() && !r.suspended {
 			if err := r.applyNext(ctx); err != nil {
 				return err
 			}
+		}
+		if r.suspended {
+			r.late = append(r.late, ms)
+			return nil
 		}
 		j := p.job(r.resets)
 		j.msgs = ms[:n:n]
@@ -396,21 +403,39 @@ func (r *Runner) dispatch(ctx context.Context, ms []Message) error {
 
 // applyNext waits for the oldest job out and applies it.
 func (r *Runner) applyNext(ctx context.Context) error {
-	<-r.pool.queue[0].done
+	if j := r.pool.queue[0]; !j.ready {
+		<-j.done
+	}
 	return r.applyHead(ctx)
 }
 
-// applyHead applies the oldest job out, whose worker is through with it.
+// headDone is the head job's channel for the loop's select: nil when no
+// job is out, or while the loop is suspended (resumeLate applies it).
+func (r *Runner) headDone() <-chan struct{} {
+	if r.suspended {
+		return nil
+	}
+	return r.pool.headDone()
+}
+
+// applyHead applies the oldest job out, whose worker is through with it
+// (its done value received); a suspension leaves it at the head, the
+// records applied marked.
 func (r *Runner) applyHead(ctx context.Context) error {
-	j := r.pool.pop()
+	j := r.pool.queue[0]
+	j.ready = true
 	err := r.apply(ctx, j)
+	if j.next < len(j.recs) && !j.flush {
+		return err // suspended
+	}
+	r.pool.pop()
 	r.pool.release(j)
 	return err
 }
 
-// applyAll applies every job out, in order.
+// applyAll applies every job out, in order, until a suspension.
 func (r *Runner) applyAll(ctx context.Context) error {
-	for r.pool != nil && len(r.pool.queue) > 0 {
+	for r.pool != nil && len(r.pool.queue) > 0 && !r.suspended {
 		if err := r.applyNext(ctx); err != nil {
 			return err
 		}
@@ -429,9 +454,15 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 		return nil
 	}
 	from := 0
-	for i := range j.recs {
-		pr := &j.recs[i]
-		m := &j.msgs[i]
+	if j.next > 0 {
+		from = int(j.recs[j.next-1].end)
+	}
+	for ; j.next < len(j.recs); j.next++ {
+		if r.suspended {
+			return nil // the rest at the revocation
+		}
+		pr := &j.recs[j.next]
+		m := &j.msgs[j.next]
 		k, err := r.admit(m)
 		if err != nil {
 			from = int(pr.end)
@@ -441,6 +472,7 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 		from = int(pr.end)
 		r.settleRecord(m, k, pr.outcome, pr.lines, pr.pending, pr.err)
 		if err := r.admitted(ctx); err != nil && fatal(err) {
+			j.next++
 			return err
 		}
 	}

@@ -117,9 +117,12 @@ func parseWorkersInput(t *testing.T) map[pipeline.Partition][]pipeline.Message {
 // one partition interleaved across partitions (and, as any source may,
 // single records and a run across partitions), a revocation in the
 // middle, a new assignment from the committed offsets with the records
-// from there delivered again, then the end of the stream. It returns every
-// stored batch and every commit.
-func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int) (batches []string, commits [][]pipeline.Offset) {
+// from there delivered again, then the end of the stream. Each generation
+// ends just before its revocation (or the end of the stream), or with
+// ended at once, before its first record: then the loop applies the
+// records of the generation at the revocation (and at the end). It
+// returns every stored batch and every commit.
+func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool) (batches []string, commits [][]pipeline.Offset) {
 	t.Helper()
 	cfg := pipeline.DefaultRunnerConfig()
 	cfg.ParseWorkers = workers
@@ -149,10 +152,15 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	in := make(chan pipeline.Input, 2)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background(), in) }()
+	var endGen context.CancelFunc = func() {}
 	ask := func(kind pipeline.InputKind, parts []pipeline.Partition) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		if kind == pipeline.InputAssigned && !ended {
+			endGen = cancel // the generation lives until its revocation
+		} else {
+			defer cancel()
+		}
 		reply := make(chan error, 1)
 		in <- pipeline.Input{Kind: kind, Partitions: parts, Ctx: ctx, Done: reply}
 		if err := <-reply; err != nil {
@@ -215,6 +223,7 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 		next[p]++
 	}
 	in <- pipeline.Input{Messages: mixed}
+	endGen()
 	ask(pipeline.InputRevoked, gen(nil))
 
 	// The next generation starts at the committed offsets.
@@ -236,6 +245,7 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
+	endGen()
 	if want := float64(2 * workers); workers > 1 && testutil.ToFloat64(m.ParseQueueCap) != want {
 		t.Fatalf("workers %d: ncclwatch_parse_queue_capacity = %v; want %v (the parse workers did not run)",
 			workers, testutil.ToFloat64(m.ParseQueueCap), want)
@@ -256,10 +266,14 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 // their first piece; one is open at the revocation, one at the end and
 // ended by Drain), telemetry fold windows (commit holds), poison records,
 // a revocation and a new assignment in the middle (decoder state dropped,
-// the records from the commit delivered again).
+// the records from the commit delivered again). The same again with
+// generations that end at once, before their first record, so that the
+// loop applies their records at the revocation (and at the end of the
+// stream): the batches do not depend on when the generation ended either
+// (TestRunLoopRebalanceKeepsBatches).
 func TestRunParseWorkersSameAsInline(t *testing.T) {
 	input := parseWorkersInput(t)
-	want, wantCommits := parseWorkersRun(t, input, 1)
+	want, wantCommits := parseWorkersRun(t, input, 1, false)
 	all := strings.Join(want, "\n")
 	// The stream covers what it claims: otherwise equality proves little.
 	for _, s := range []string{"VM-17-82-centos:11978:12548 [0] NCCL INFO Channel 12/0", "json_truncated", "json_type", "oversized", "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
@@ -271,20 +285,26 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 	if len(want) < 10 || len(wantCommits) < 10 {
 		t.Fatalf("inline run: %d batches, %d commits; want many (small batches)", len(want), len(wantCommits))
 	}
-	for _, workers := range []int{2, 3, 4} {
-		got, gotCommits := parseWorkersRun(t, input, workers)
-		if len(got) != len(want) {
-			t.Errorf("workers %d: %d batches; the inline run stored %d", workers, len(got), len(want))
-		}
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Errorf("workers %d: batch %d differs from the inline run's (+ only here, - only there):\n%s", workers, i,
-					diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
-				break
+	for _, ended := range []bool{false, true} {
+		for _, workers := range []int{1, 2, 3, 4} {
+			if workers == 1 && !ended {
+				continue // the reference
 			}
-		}
-		if g, w := show(gotCommits), show(wantCommits); g != w {
-			t.Errorf("workers %d: commits\n%s\nwant\n%s", workers, g, w)
+			name := fmt.Sprintf("workers %d, generations ended %v", workers, ended)
+			got, gotCommits := parseWorkersRun(t, input, workers, ended)
+			if len(got) != len(want) {
+				t.Errorf("%s: %d batches; the inline run stored %d", name, len(got), len(want))
+			}
+			for i := range min(len(got), len(want)) {
+				if got[i] != want[i] {
+					t.Errorf("%s: batch %d differs from the inline run's (+ only here, - only there):\n%s", name, i,
+						diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
+					break
+				}
+			}
+			if g, w := show(gotCommits), show(wantCommits); g != w {
+				t.Errorf("%s: commits\n%s\nwant\n%s", name, g, w)
+			}
 		}
 	}
 }
