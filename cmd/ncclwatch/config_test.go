@@ -70,3 +70,22 @@ rules:
 		t.Errorf("loadFile(max_rows: 7) = %v, MaxRows %d; want nil, 7", err, c.Pipeline.Batch.MaxRows)
 	}
 }
+
+func TestGCPercentUnlessGOGCSet(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOGC" {
+				return v
+			}
+			return ""
+		}
+	}
+	if pct, ok := gcPercent(env("")); !ok || pct != serviceGCPercent {
+		t.Errorf("GOGC unset: gcPercent = %d, %v; want %d, true", pct, ok, serviceGCPercent)
+	}
+	for _, v := range []string{"100", "off", "50"} {
+		if pct, ok := gcPercent(env(v)); ok {
+			t.Errorf("GOGC=%s: gcPercent = %d, true; want the user's choice left alone", v, pct)
+		}
+	}
+}

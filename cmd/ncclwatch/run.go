@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"syscall"
 	"time"
@@ -149,6 +150,9 @@ func runService(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.Log.Level)
+	if pct, ok := gcPercent(os.Getenv); ok {
+		debug.SetGCPercent(pct)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, nil); err != nil {
@@ -157,6 +161,26 @@ func runService(args []string, stderr io.Writer) int {
 	}
 	log.Info().Msg("ncclwatch run stopped cleanly")
 	return exitOK
+}
+
+// serviceGCPercent is the Go GC target `run` sets when GOGC is not set.
+// Nearly all the service allocates is short-lived (each Kafka record's
+// bytes, copied by kafka-go, parsed and dropped), so the default 100 %
+// collects a ~100 MB live heap every ~100 MB of records; 200 % halves the
+// collections. Measured (README, "Performance (`run`)"): on average 11 %
+// less CPU and 11 % more records/s for ~150 MB more RSS on the load
+// benchmark.
+// GOGC=100 restores Go's default; GOMEMLIMIT caps the heap either way.
+const serviceGCPercent = 200
+
+// gcPercent returns the GC target to set for the service: serviceGCPercent
+// unless the GOGC environment variable chooses one (the runtime has
+// read it then).
+func gcPercent(getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	return serviceGCPercent, true
 }
 
 // serveHooks lets the demo and tests watch the service.
