@@ -121,21 +121,8 @@ type RunnerConfig struct {
 	// record's CPU (~2.4 of ~3.6 CPU-µs) and the loop keeps the rest, so
 	// two workers parse about as fast as the loop applies; more only help
 	// where the loop waits for them (at most GOMAXPROCS is useful).
-	ParseWorkers int `yaml:"parse_workers"`
-	// SummaryInterval: within Run, a size or timer flush carries the comm
-	// and job summaries of the jobs that changed (and the rules see them)
-	// only when this long has passed since the last flush that did; the
-	// flushes in between store events, telemetry rows and dead letters and
-	// commit their offsets. 5 s: the summary tables are a third of the
-	// tables a flush writes but, with ClickHouse writing each part as
-	// dozens of files, most of the server's work per flush, for a few
-	// dozen rows. Nothing is lost by waiting: a summary is a function of
-	// the stored events, and the state rebuilt after an assignment marks
-	// every rebuilt job changed, so the first flush after a crash stores
-	// what the dead process had not. Evictions, Flush, Drain, revocations
-	// and SIGTERM always carry them. 0 stores them with every flush.
-	SummaryInterval time.Duration   `yaml:"summary_interval"`
-	Assembler       AssemblerConfig `yaml:"assembler"`
+	ParseWorkers int             `yaml:"parse_workers"`
+	Assembler    AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
 	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
@@ -165,7 +152,6 @@ func DefaultRunnerConfig() RunnerConfig {
 		ShutdownTimeout: 20 * time.Second,
 		FoldIdle:        time.Second,
 		ParseWorkers:    min(defaultParseWorkers, runtime.GOMAXPROCS(0)),
-		SummaryInterval: 5 * time.Second,
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
@@ -200,9 +186,6 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.FoldIdle <= 0 {
 		errs = append(errs, errors.New("pipeline.fold_idle: must be > 0"))
-	}
-	if c.SummaryInterval < 0 || c.SummaryInterval >= c.IdleEvict {
-		errs = append(errs, errors.New("pipeline.summary_interval: must be >= 0 and shorter than idle_evict (the state rebuilt after a crash reaches back idle_evict)"))
 	}
 	if c.ParseWorkers < 0 || c.ParseWorkers > maxParseWorkers {
 		errs = append(errs, fmt.Errorf("pipeline.parse_workers: must be between 0 and %d", maxParseWorkers))
@@ -301,13 +284,8 @@ type Runner struct {
 	parts    map[partKey]*partState
 	namer    JobNamer
 	curNow   time.Time // processing time of the record at hand: one clock read per record, not per line
-	// lastSummaries is when a batch last carried the dirty jobs' summaries;
-	// deferred says the batch being prepared does not (the dirty jobs stay
-	// dirty for the next one). See RunnerConfig.SummaryInterval.
-	lastSummaries time.Time
-	deferred      bool
-	linef         func(*Record)
-	foldf         func(*Record, *TelemetryLine)
+	linef    func(*Record)
+	foldf    func(*Record, *TelemetryLine)
 	// resets counts reset calls: a parse job carries the count it was sent
 	// under, and a worker drops its decoders when it changed.
 	resets uint64
@@ -570,7 +548,7 @@ func (r *Runner) flushNow(ctx context.Context) error {
 	if r.revoking != nil {
 		// The records of an ended generation, applied at its revocation:
 		// stored within the revocation's deadline, not the generation's.
-		return r.start(r.revoking, false, true)
+		return r.start(r.revoking, false)
 	}
 	if r.genEnded() {
 		// Every store would be cut short at once (and a held batch sent
@@ -582,7 +560,7 @@ func (r *Runner) flushNow(ctx context.Context) error {
 		defer cancel()
 		return r.flush(fctx)
 	}
-	return r.start(ctx, true, true)
+	return r.start(ctx, true)
 }
 
 // genEnded reports whether the generation the loop holds has ended (its
@@ -591,9 +569,8 @@ func (r *Runner) genEnded() bool { return r.gen != nil && r.gen.Err() != nil }
 
 // start lands the batch in flight (or stores the held one), then sends the
 // open batch off without waiting for it; with gen both also end with the
-// generation (see flushCtx); timed says it is a size or timer flush
-// (summaries may wait, see prepare).
-func (r *Runner) start(ctx context.Context, gen, timed bool) error {
+// generation (see flushCtx).
+func (r *Runner) start(ctx context.Context, gen bool) error {
 	if err := ctx.Err(); err != nil {
 		return err // a held batch is not sent again to fail at once
 	}
@@ -605,7 +582,7 @@ func (r *Runner) start(ctx context.Context, gen, timed bool) error {
 	if err := r.settle(sctx); err != nil {
 		return err
 	}
-	evict, ok := r.prepare(timed)
+	evict, ok := r.prepare()
 	if !ok {
 		return nil
 	}
@@ -642,16 +619,7 @@ func (r *Runner) handOff() *Batch {
 		b = new(Batch)
 	}
 	*b, r.batch = r.batch, *b
-	var keep map[string]bool
-	if r.deferred {
-		// Their summaries were not in b: they go with a later batch.
-		keep, r.dirty = r.dirty, map[string]bool{}
-	}
 	r.dropBatch()
-	if keep != nil {
-		r.dirty = keep
-	}
-	r.deferred = false
 	return b
 }
 
@@ -1168,7 +1136,7 @@ func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
 // is permanent), then commits the offsets it covers and evicts idle jobs.
 // When it returns an error the batch is held whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
-	if err := r.start(ctx, false, false); err != nil {
+	if err := r.start(ctx, false); err != nil {
 		return err
 	}
 	return r.settle(ctx)
@@ -1176,9 +1144,8 @@ func (r *Runner) flush(ctx context.Context) error {
 
 // prepare completes the open batch: summaries and observations of the
 // dirty jobs, the jobs to evict, the offsets it covers. It reports false
-// when there is nothing to store. With timed (a size or timer flush of
-// Run) the summaries wait for SummaryInterval unless a job is evicted.
-func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
+// when there is nothing to store.
+func (r *Runner) prepare() (evict []string, ok bool) {
 	now := r.deps.Now()
 	r.last = now
 	for job, t := range r.touched {
@@ -1188,20 +1155,14 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 	}
 	release := r.releasable(now, false)
-	summaries := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval
-	r.deferred = !summaries
-	if !(summaries && len(r.dirty) > 0) && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release {
+	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release {
 		r.stored()
 		return nil, false
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
 	r.batch.Comms, r.batch.Jobs, r.batch.Nodes, r.batch.Telemetry = r.batch.Comms[:0], r.batch.Jobs[:0], r.batch.Nodes[:0], r.batch.Telemetry[:0]
-	var jobs []string
-	if summaries {
-		jobs = slices.Sorted(maps.Keys(r.dirty))
-		r.lastSummaries = now
-	}
+	jobs := slices.Sorted(maps.Keys(r.dirty))
 	for _, j := range jobs {
 		if inv := r.deps.Inventory; inv != nil {
 			e := inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
@@ -1218,7 +1179,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 	}
 	if r.deps.Observe {
-		for _, j := range jobs {
+		for j := range r.dirty {
 			r.telDirty[j] = true
 		}
 		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {

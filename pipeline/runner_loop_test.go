@@ -538,10 +538,6 @@ func TestRunLoopRebalanceKeepsBatches(t *testing.T) {
 			h := newHarness(t, nil, nil)
 			cfg := parseModeConfig(workers)
 			cfg.Batch.MaxRows, cfg.Batch.MaxWait = maxRows, time.Hour // size flushes only
-			// Every batch carries the summaries of its jobs: what is pinned
-			// here is where batches end, which decides the rows of a
-			// keyless communicator that exists for a few records only.
-			cfg.SummaryInterval = 0
 			cfg.RetryBackoff, cfg.MaxBackoff = time.Millisecond, time.Millisecond
 			h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory, NewDecoder: h.decoder,
 				Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
@@ -608,92 +604,5 @@ func TestRunLoopRebalanceKeepsBatches(t *testing.T) {
 		if g, w := show(gotCommits), show(wantCommits); g != w {
 			t.Errorf("commits %s; want %s", g, w)
 		}
-	})
-}
-
-// summaryCalls records, per sink call, when it came and how many events
-// and job summaries it carried.
-type summaryCalls struct {
-	mu    sync.Mutex
-	start time.Time
-	calls []string // "t=2s events=1 jobs=0"
-}
-
-func (s *summaryCalls) Consume(_ context.Context, b *pipeline.Batch) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, fmt.Sprintf("t=%s events=%d jobs=%d", time.Since(s.start).Round(time.Second), len(b.Events), len(b.Jobs)))
-	return nil
-}
-
-// TestRunLoopSummariesEveryInterval: within Run the timer flushes store
-// every event at once, and the changed jobs' summaries only once
-// pipeline.summary_interval has passed since a flush carried them; the
-// final flush carries them whatever the interval.
-func TestRunLoopSummariesEveryInterval(t *testing.T) {
-	eachParseMode(t, func(t *testing.T, workers int) {
-		synctest.Test(t, func(t *testing.T) {
-			cfg := parseModeConfig(workers)
-			cfg.Batch.MaxWait = time.Second
-			cfg.SummaryInterval = 5 * time.Second
-			sink := &summaryCalls{start: time.Now()}
-			dcfg := parsers.DefaultDecoderConfig()
-			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-				NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
-				Classifier:    parsers.NewLines(nil),
-				NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
-				Candidate:     parsers.Prefilter(false), Sink: sink, Logger: zerolog.Nop()})
-			in := make(chan pipeline.Input, 8)
-			done := make(chan error, 1)
-			go func() { done <- r.Run(t.Context(), in) }()
-			line := "node-0:100:100 [0] NCCL INFO Using network IB"
-			for i := range 8 {
-				// One NCCL line every 1.5 s, so that every timed flush has
-				// an event to store.
-				in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: int64(i),
-					Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: int64(i + 1)}}}
-				time.Sleep(1500 * time.Millisecond)
-			}
-			synctest.Wait()
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			sink.mu.Lock()
-			defer sink.mu.Unlock()
-			var withJobs, events int
-			last := ""
-			for i, c := range sink.calls {
-				var at time.Duration
-				var ev, jobs int
-				var ts string
-				if _, err := fmt.Sscanf(c, "t=%s events=%d jobs=%d", &ts, &ev, &jobs); err != nil {
-					t.Fatalf("%q: %v", c, err)
-				}
-				at, _ = time.ParseDuration(ts)
-				events += ev
-				if jobs > 0 {
-					withJobs++
-					if last != "" && i < len(sink.calls)-1 { // the final flush is exempt
-						prev, _ := time.ParseDuration(last)
-						if at-prev < cfg.SummaryInterval {
-							t.Errorf("summaries at %s and %s, less than %s apart (calls %v)", last, ts, cfg.SummaryInterval, sink.calls)
-						}
-					}
-					last = ts
-				}
-			}
-			if events != 8 {
-				t.Errorf("stored %d events; want 8 (calls %v)", events, sink.calls)
-			}
-			// 12 s of records: the first timed flush, one 5 s later, one
-			// 10 s later at most, and the final one (Drain).
-			if withJobs < 3 || withJobs > 4 || len(sink.calls) < 8 {
-				t.Errorf("%d of %d calls carried summaries; want 3 or 4 of at least 8 (calls %v)", withJobs, len(sink.calls), sink.calls)
-			}
-			if c := sink.calls[len(sink.calls)-1]; !strings.HasSuffix(c, "jobs=1") {
-				t.Errorf("the final flush %q carries no summary (calls %v)", c, sink.calls)
-			}
-		})
 	})
 }

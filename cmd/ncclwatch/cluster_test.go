@@ -218,7 +218,6 @@ func TestIntegrationCluster(t *testing.T) {
 
 	pipelineYAML := `pipeline:
   max_record_bytes: 65536
-  summary_interval: 0s
   batch:
     max_rows: 300
     max_wait: 100ms
@@ -330,9 +329,7 @@ func TestIntegrationCluster(t *testing.T) {
 	// rank's nRanks line to its Init START line ~340 rows later, more than
 	// max_rows (300) apart, so that every run stores a batch in between
 	// and its row; a rebalance must not merge what the loop holds then
-	// into one larger batch (TestRunLoopRebalanceKeepsBatches), and every
-	// batch carries its summaries (summary_interval 0: with the default
-	// 5 s whether a summary flush falls in those 340 rows is timing).
+	// into one larger batch (TestRunLoopRebalanceKeepsBatches).
 	for _, table := range storedTables {
 		if table == "alerts" {
 			continue
