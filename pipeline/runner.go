@@ -719,7 +719,37 @@ func fatal(err error) bool { return IsPermanent(err) }
 // revocation first applies every record before it (resumeLate); a
 // revocation stores them within its own deadline.
 func (r *Runner) handle(ctx context.Context, x Input) error {
-	if x.Kind == InputMessage && (r.pool != nil || r.suspended) {
+	switch x.Kind {
+	case InputAssigned:
+		if err := r.resumeLate(ctx, ctx); err != nil {
+			return err
+		}
+		err := r.Assigned(x.Ctx, x.Partitions)
+		x.Done <- err
+		if err != nil && x.Ctx.Err() == nil {
+			return err
+		}
+	case InputRevoked:
+		// The last of resumeLate's stores may still fly when Revoked
+		// settles it, so fctx ends after Revoked.
+		fctx, cancel := revokeCtx(x.Ctx)
+		defer cancel()
+		if err := r.resumeLate(ctx, fctx); err != nil {
+			return err
+		}
+		err := r.Revoked(x.Ctx, x.Partitions)
+		x.Done <- err
+		if err != nil && fatal(err) {
+			return err
+		}
+	default:
+		if x.Messages == nil && r.pool == nil && !r.suspended {
+			// One record on the loop: no run to make.
+			if err := r.message(ctx, &x.Message); err != nil && fatal(err) {
+				return err
+			}
+			return nil
+		}
 		ms := x.Messages
 		if ms == nil {
 			ms = []Message{x.Message}
@@ -728,46 +758,18 @@ func (r *Runner) handle(ctx context.Context, x Input) error {
 			r.late = append(r.late, ms)
 			return nil
 		}
-		return r.dispatch(ctx, ms)
-	}
-	if x.Kind == InputRevoked {
-		// What the loop holds of the ended generation is applied and
-		// stored within the revocation's deadline; the last of those
-		// stores may still fly when Revoked settles it, so fctx ends
-		// after Revoked.
-		fctx, cancel := revokeCtx(x.Ctx)
-		defer cancel()
-		if err := r.resumeLate(ctx, fctx); err != nil {
-			return err
-		}
-	} else if x.Kind == InputAssigned {
-		if err := r.resumeLate(ctx, ctx); err != nil {
-			return err
-		}
-	}
-	switch x.Kind {
-	case InputAssigned:
-		err := r.Assigned(x.Ctx, x.Partitions)
-		x.Done <- err
-		if err != nil && x.Ctx.Err() == nil {
-			return err
-		}
-	case InputRevoked:
-		err := r.Revoked(x.Ctx, x.Partitions)
-		x.Done <- err
-		if err != nil && fatal(err) {
-			return err
-		}
-	default:
-		if x.Messages != nil {
-			return r.messages(ctx, x.Messages)
-		}
-		err := r.message(ctx, &x.Message)
-		if err != nil && fatal(err) {
-			return err
-		}
+		return r.feed(ctx, ms)
 	}
 	return nil
+}
+
+// feed processes a run of records: sent to the parse workers, or parsed
+// and applied on the loop.
+func (r *Runner) feed(ctx context.Context, ms []Message) error {
+	if r.pool != nil {
+		return r.dispatch(ctx, ms)
+	}
+	return r.messages(ctx, ms)
 }
 
 // messages processes records in order; a fatal error stops it, and a
@@ -808,13 +810,7 @@ func (r *Runner) resumeLate(ctx, fctx context.Context) error {
 		return err
 	}
 	for _, ms := range late {
-		var err error
-		if r.pool != nil {
-			err = r.dispatch(ctx, ms)
-		} else {
-			err = r.messages(ctx, ms)
-		}
-		if err != nil {
+		if err := r.feed(ctx, ms); err != nil {
 			return err
 		}
 	}
