@@ -38,6 +38,19 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 		telemetry = l.tel.Parse(text, tl)
 		return l.classify(text, ev), telemetry
 	}
+	if len(text) > 0 && text[0] == '{' && hfStep(trimRightSpace(text), tl) {
+		// The Hugging Face step dict (hfStep): no prefix to strip, no
+		// prefilter token, no marker but its own, read in one pass.
+		ev.LauncherHost = nil
+		return false, true
+	}
+	return l.lineFull(text, ev, tl)
+}
+
+// lineFull is Line of a line without '\r', of at most maxTelemetryLine
+// bytes, without the Hugging Face fast path: the marker search, then the
+// parsers the markers name.
+func (l *Lines) lineFull(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (nccl, telemetry bool) {
 	var cand bool
 	var rest, body []byte
 	var p Prefix

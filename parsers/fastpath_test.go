@@ -264,3 +264,150 @@ func FuzzScanString(f *testing.F) {
 		checkScanString(t, b)
 	})
 }
+
+// hfStepCases are Hugging Face step dicts at the edges of hfStep's form:
+// what it takes, and what it leaves to the full path.
+var hfStepCases = []string{
+	"{'loss': 0.392, 'grad_norm': 0.6444, 'learning_rate': 1.9656e-05, 'epoch': 0.9}",
+	"{'loss': 9138.1671, 'grad_norm': 0.6444, 'learning_rate': 1.9656e-05, 'epoch': 0.90}",
+	"{'loss': 1.2, 'grad_norm': 3.4, 'learning_rate': 5e-05, 'epoch': 0.01, 'step': 10}",
+	"{'loss': 1.2, 'step': 10.5}",
+	"{'loss': 1.2, 'step': -3}",
+	"{'step': 7, 'loss': 2.5}",
+	"{'loss': 1.2, 'loss': 3.4}",
+	"{'loss': 1.2, 'loss': -}",
+	"{'loss': -, 'loss': 3.4}",
+	"{'loss': 1,017.04}",
+	"{'loss': 1.2}",
+	"{'loss': 1.2}  ",
+	"{'loss': 1.2}\t",
+	" {'loss': 1.2}",
+	"{'loss': 1.2} ",
+	"{'loss': 1.2}}",
+	"{'loss': 1.2} x",
+	"{'loss': .}",
+	"{'loss': e}",
+	"{'loss': 1e+400}",
+	"{'loss': 1.5E-05}",
+	"{'loss': nan}",
+	"{'loss': 'x'}",
+	"{'loss':1.2}",
+	"{'loss' : 1.2}",
+	"{'loss': 1.2,'epoch': 1}",
+	"{'loss': 1.2,  'epoch': 1}",
+	"{'loss': 1.2, 'eval_loss': 1}",
+	"{'loss': 1.2, 'train_runtime': 1}",
+	"{'train_runtime': 116.19, 'train_samples_per_second': 69.7, 'epoch': 3.0}",
+	"{'grad_norm': 0.5}",
+	"{'loss': }",
+	"{'loss': 1.2",
+	"{'loss': 1.2,",
+	"{'loss': 1.2, }",
+	"{'loss': 1.2, '",
+	"{'",
+	"{'}",
+	"{}",
+	"{",
+	"{'loss': 1.2, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5, 'step': 100}",
+}
+
+// lineWithout is Lines.Line without the Hugging Face fast path (hfStep).
+func lineWithout(l *Lines, text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (bool, bool) {
+	if bytes.IndexByte(text, '\r') >= 0 || len(text) > maxTelemetryLine {
+		return l.Line(text, ev, tl)
+	}
+	return l.lineFull(text, ev, tl)
+}
+
+// checkLineFastPath fails when Lines.Line reads text otherwise than
+// lineWithout does.
+func checkLineFastPath(t *testing.T, fast, full *Lines, text []byte) {
+	t.Helper()
+	var evF, evS pipeline.Event
+	var tlF, tlS pipeline.TelemetryLine
+	evF.Reset()
+	evS.Reset()
+	nF, tF := fast.Line(text, &evF, &tlF)
+	nS, tS := lineWithout(full, text, &evS, &tlS)
+	if nF != nS || tF != tS || !sameParse(evF, evS) || !sameParse(tlF, tlS) {
+		t.Errorf("Line(%q) = %v %v %+v %+v; without the fast path %v %v %+v %+v", text, nF, tF, evF, tlF, nS, tS, evS, tlS)
+	}
+}
+
+// TestLineFastPath: Lines.Line reads every test line, and the edge cases
+// of hfStep, as it does without the Hugging Face fast path.
+func TestLineFastPath(t *testing.T) {
+	fast := NewLines(NewTelemetry(DefaultTelemetryConfig()))
+	full := NewLines(NewTelemetry(DefaultTelemetryConfig()))
+	taken := 0
+	var tl pipeline.TelemetryLine
+	for _, l := range testdataLines(t, hfStepCases...) {
+		checkLineFastPath(t, fast, full, l)
+		if len(l) > 0 && l[0] == '{' && hfStep(trimRightSpace(l), &tl) {
+			taken++
+		}
+	}
+	if taken < 10 {
+		t.Errorf("hfStep took %d lines; want the Hugging Face step dicts of testdata and the edge cases", taken)
+	}
+}
+
+// TestHFStepMarkers: a line hfStep takes holds no prefilter token and no
+// line marker but "'loss'", whatever its keys' order and its numbers, so
+// the full path would find just that marker (hfStep's comment says why).
+func TestHFStepMarkers(t *testing.T) {
+	keys := []string{"loss", "grad_norm", "learning_rate", "epoch", "step"}
+	nums := []string{"0", "1.5", "-2", "1e-05", "9138.1671", "+3", "e", "1-", "..", "ee", "1e+e", "-e.", "64", "32", "8e8"}
+	lossBit := uint64(0)
+	for i, sp := range lineSpecs() {
+		if bytes.Equal(sp.tok, tokHFLoss) {
+			lossBit = 1 << (len(finderTokens) + i)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tl pipeline.TelemetryLine
+	checked := 0
+	for range 20000 {
+		var b bytes.Buffer
+		b.WriteString("{")
+		for j := range 1 + rng.IntN(7) {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "'%s': %s", keys[rng.IntN(len(keys))], nums[rng.IntN(len(nums))])
+		}
+		b.WriteString("}")
+		line := b.Bytes()
+		if !hfStep(line, &tl) {
+			continue
+		}
+		checked++
+		if m := lineMarkSet.maskWithin(line, len(finderTokens), 0, len(line)); m != lossBit {
+			t.Fatalf("hfStep takes %q, whose marks are %b; want only 'loss' (%b)", line, m, lossBit)
+		}
+	}
+	if checked < 1000 {
+		t.Fatalf("hfStep took %d generated lines; want many", checked)
+	}
+}
+
+// FuzzLine compares Lines.Line with and without the Hugging Face fast
+// path on random lines.
+func FuzzLine(f *testing.F) {
+	for _, c := range hfStepCases {
+		f.Add(c)
+	}
+	telemetryLines(f, func(_ string, line []byte) {
+		if bytes.Contains(line, []byte("{'")) {
+			f.Add(string(line))
+		}
+	})
+	f.Fuzz(func(t *testing.T, in string) {
+		if len(in) > 4096 {
+			return
+		}
+		fast := NewLines(NewTelemetry(DefaultTelemetryConfig()))
+		full := NewLines(NewTelemetry(DefaultTelemetryConfig()))
+		checkLineFastPath(t, fast, full, []byte(in))
+	})
+}

@@ -808,6 +808,79 @@ func parseHFDict(b []byte, tl *pipeline.TelemetryLine) bool {
 	return true
 }
 
+// hfStep reads b, a stripped line, when it is a Hugging Face Trainer step
+// dict in the plain form the Trainer prints on every rank at every logging
+// step, "{'loss': 0.392, 'grad_norm': 0.644, 'learning_rate': 1.96e-05,
+// 'epoch': 0.9}" (telemetry/hf-*.log; the load benchmark's stream is 80 %
+// such lines): only the keys loss, grad_norm, learning_rate, epoch and
+// step, each "'key': " then a plain number ([0-9.e+-]), ", " between
+// pairs, '}' last. It gives what parseHFDict gives and reports whether b
+// had that form and a loss it could read; for anything else the caller
+// takes the full path (marker search, checkpoint parser, parseProgress).
+//
+// Such a line holds no marker but "'loss'" and no prefilter token: the
+// others hold an upper-case letter or a byte outside the form's alphabet
+// ("/", "=", "+"), a blank not after ':' or ',' ("elapsed time",
+// "iter latency:"), "p:" (the form has "p':"), or letters no allowed key
+// holds ("checkpoint", "_perf", "'train_runtime'"); TestHFStepMarkers
+// checks this against the token sets, TestLineFastPath and FuzzLine
+// compare Lines.Line with and without this path.
+func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
+	n := len(b)
+	if n < 2 || b[0] != '{' || b[1] != '\'' || b[n-1] != '}' {
+		return false
+	}
+	var loss, step []byte
+	for i := 1; ; {
+		// b[i] is the key's opening quote.
+		j := i + 1
+		for j < n && (b[j] >= 'a' && b[j] <= 'z' || b[j] == '_') {
+			j++
+		}
+		key := b[i+1 : j]
+		if j+3 >= n || b[j] != '\'' || b[j+1] != ':' || b[j+2] != ' ' {
+			return false
+		}
+		v := j + 3
+		e := v
+		for e < n && (isDigit(b[e]) || b[e] == '.' || b[e] == 'e' || b[e] == '-' || b[e] == '+') {
+			e++
+		}
+		if e == v || e == n {
+			return false
+		}
+		switch string(key) {
+		case "loss":
+			loss = b[v:e]
+		case "step":
+			step = b[v:e]
+		case "grad_norm", "learning_rate", "epoch":
+		default:
+			return false
+		}
+		if b[e] == '}' {
+			if e != n-1 {
+				return false
+			}
+			break
+		}
+		if b[e] != ',' || e+2 >= n || b[e+1] != ' ' || b[e+2] != '\'' {
+			return false
+		}
+		i = e + 2
+	}
+	v, ok := parseNumber(loss)
+	if !ok {
+		return false
+	}
+	tl.Reset()
+	if step != nil {
+		tl.Step, _ = atoi64(step)
+	}
+	tl.Kind, tl.Framework, tl.Loss = pipeline.TelemetryStep, pipeline.FrameworkHF, v
+	return true
+}
+
 // eachDictPair calls fn for every "'key': value" of a Python dict repr,
 // b being the text after '{'; quotes around a value are removed.
 func eachDictPair(b []byte, fn func(key, val []byte)) {
