@@ -411,3 +411,39 @@ func FuzzLine(f *testing.F) {
 		checkLineFastPath(t, fast, full, []byte(in))
 	})
 }
+
+// TestSuspectBytes compares suspectBytes with a byte loop: every byte
+// value at every position of short texts of plain, blank and DEL
+// backgrounds (a byte below 0x20 borrows from the one above it), and
+// every testdata line.
+func TestSuspectBytes(t *testing.T) {
+	naive := func(b []byte) (ctl, hi bool) {
+		for _, c := range b {
+			ctl = ctl || c < 0x20
+			hi = hi || c >= 0x80
+		}
+		return ctl, hi
+	}
+	check := func(b []byte) {
+		c, h := suspectBytes(b)
+		if cw, hw := naive(b); c != cw || h != hw {
+			t.Fatalf("suspectBytes(%q) = %v, %v; want %v, %v", b, c, h, cw, hw)
+		}
+	}
+	for _, bg := range []byte{'a', ' ', 0x7f} {
+		for n := 0; n <= 80; n++ {
+			b := bytes.Repeat([]byte{bg}, n)
+			check(b)
+			for i := range n {
+				for v := range 256 {
+					b[i] = byte(v)
+					check(b)
+				}
+				b[i] = bg
+			}
+		}
+	}
+	for _, l := range testdataLines(t) {
+		check(l)
+	}
+}

@@ -832,16 +832,13 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 	}
 	var loss, step []byte
 	for i := 1; ; {
-		// b[i] is the key's opening quote.
-		j := i + 1
-		for j < n && (b[j] >= 'a' && b[j] <= 'z' || b[j] == '_') {
-			j++
-		}
-		key := b[i+1 : j]
-		if j+3 >= n || b[j] != '\'' || b[j+1] != ':' || b[j+2] != ' ' {
+		// b[i] is the key's opening quote; the key with its closing
+		// quote and ": " is one of hfStepKeys.
+		k := hfStepKey(b[i+1:])
+		if k < 0 {
 			return false
 		}
-		v := j + 3
+		v := i + 1 + len(hfStepKeys[k])
 		e := v
 		for e < n && (isDigit(b[e]) || b[e] == '.' || b[e] == 'e' || b[e] == '-' || b[e] == '+') {
 			e++
@@ -849,14 +846,11 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 		if e == v || e == n {
 			return false
 		}
-		switch string(key) {
-		case "loss":
+		switch k {
+		case hfLoss:
 			loss = b[v:e]
-		case "step":
+		case hfStepNo:
 			step = b[v:e]
-		case "grad_norm", "learning_rate", "epoch":
-		default:
-			return false
 		}
 		if b[e] == '}' {
 			if e != n-1 {
@@ -879,6 +873,40 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 	}
 	tl.Kind, tl.Framework, tl.Loss = pipeline.TelemetryStep, pipeline.FrameworkHF, v
 	return true
+}
+
+// hfStepKeys are the keys hfStep reads, each with its closing quote and
+// ": ", by their first letter's index in hfStepKey.
+var hfStepKeys = [...]string{hfLoss: "loss': ", hfStepNo: "step': ", "grad_norm': ", "learning_rate': ", "epoch': "}
+
+const (
+	hfLoss = iota
+	hfStepNo
+)
+
+// hfStepKey returns the index in hfStepKeys of the key b starts with, or -1.
+func hfStepKey(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	k := -1
+	switch b[0] {
+	case 'l':
+		k = 0
+		if len(b) > 1 && b[1] == 'e' {
+			k = 3
+		}
+	case 's':
+		k = 1
+	case 'g':
+		k = 2
+	case 'e':
+		k = 4
+	}
+	if k < 0 || !hasPrefix(b, hfStepKeys[k]) {
+		return -1
+	}
+	return k
 }
 
 // eachDictPair calls fn for every "'key': value" of a Python dict repr,
