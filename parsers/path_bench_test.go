@@ -145,3 +145,58 @@ func BenchmarkFinderMixed(b *testing.B) {
 	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(hits), "hits/op")
 }
+
+// BenchmarkLineTrainers is the line parser (telemetry on) on the decoded
+// lines of one load-benchmark job per trainer (the load benchmark's jobs
+// draw their trainer at random: Megatron-LM, torchtitan, Hugging Face,
+// Lightning, DeepSpeed), NCCL lines and the trainers' other output
+// included.
+func BenchmarkLineTrainers(b *testing.B) {
+	trainers := []struct{ name, marker string }{
+		{"megatron", "elapsed time per iteration"}, {"torchtitan", "[titan]"}, {"hf", "{'loss'"},
+		{"lightning", "Epoch "}, {"deepspeed", "SamplesPerSec"},
+	}
+	texts := map[string][][]byte{}
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	for j := 0; j < 32 && len(texts) < len(trainers); j++ {
+		var lines [][]byte
+		err := loadtest.Records(1, j, "train-llm-7b", 0.05, 2000, nil, func(rec []byte) error {
+			return d.Decode(rec, func(r *pipeline.Record) { lines = append(lines, bytes.Clone(r.Text)) })
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, tr := range trainers {
+			n := 0
+			for _, l := range lines {
+				if bytes.Contains(l, []byte(tr.marker)) {
+					n++
+				}
+			}
+			if n > len(lines)/2 && texts[tr.name] == nil {
+				texts[tr.name] = lines
+			}
+		}
+	}
+	for _, tr := range trainers {
+		lines := texts[tr.name]
+		if lines == nil {
+			b.Fatalf("no job of the first 32 runs %s", tr.name)
+		}
+		b.Run(tr.name, func(b *testing.B) {
+			l := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+			var ev pipeline.Event
+			var tl pipeline.TelemetryLine
+			i := 0
+			b.ReportAllocs()
+			cpu := parsers.CPUTime()
+			for b.Loop() {
+				l.Line(lines[i], &ev, &tl)
+				if i++; i == len(lines) {
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
