@@ -83,6 +83,7 @@ fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzTokenSets$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./rules/ -run '^$$' -fuzz '^FuzzRulesParse$$' -fuzztime $(FUZZTIME_RULES) -fuzzminimizetime $(FUZZMIN)
 
 # promtool: deploy/prometheus rules through Debian's promtool (check and
