@@ -56,6 +56,10 @@ type NCCLAssembler interface {
 	AddLauncher(job string, meta *Meta, host []byte, t time.Time)
 	SetExpectation(job string, e *Expectation)
 	Summaries(job string) (comms []CommSummary, sum JobSummary, ok bool)
+	// Created counts the processes and communicators created in job's
+	// state: when it grows, Summaries may show a communicator row no
+	// earlier call showed.
+	Created(job string) int
 	Nodes(job string) []string
 	Jobs() []string
 	Len() int

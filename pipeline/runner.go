@@ -121,8 +121,26 @@ type RunnerConfig struct {
 	// record's CPU (~2.4 of ~3.6 CPU-µs) and the loop keeps the rest, so
 	// two workers parse about as fast as the loop applies; more only help
 	// where the loop waits for them (at most GOMAXPROCS is useful).
-	ParseWorkers int             `yaml:"parse_workers"`
-	Assembler    AssemblerConfig `yaml:"assembler"`
+	ParseWorkers int `yaml:"parse_workers"`
+	// SummaryInterval: within Run, a size or timer flush carries the comm
+	// and job summaries of the jobs that changed (and the rules see them)
+	// only when this long has passed since the last flush that did, or
+	// when the stream is at rest (every partition read to its end and
+	// quiet for FoldIdle); the flushes in between store events, telemetry
+	// rows and dead letters, and the summaries of jobs that gained a
+	// process or a communicator (so that a communicator row is stored
+	// whenever it would be with 0, however short-lived). Their offsets
+	// are committed with the next batch that carries every changed job's
+	// summaries: a commit never covers a record whose summary is not
+	// stored, so a crash replays it (the state rebuilt from stored events
+	// lacks the launcher lines, and no process may own the partition
+	// soon). Evictions, Flush, Drain, revocations and SIGTERM always carry
+	// them. 5 s: the summary tables are a third of the tables a flush
+	// writes but, with ClickHouse writing each part as dozens of files,
+	// most of the server's work per flush, for a few dozen rows. 0 stores
+	// them, and commits, with every flush.
+	SummaryInterval time.Duration   `yaml:"summary_interval"`
+	Assembler       AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
 	Telemetry TelemetryAssemblerConfig `yaml:"telemetry"`
 }
@@ -152,6 +170,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		ShutdownTimeout: 20 * time.Second,
 		FoldIdle:        time.Second,
 		ParseWorkers:    min(defaultParseWorkers, runtime.GOMAXPROCS(0)),
+		SummaryInterval: 5 * time.Second,
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}
@@ -186,6 +205,9 @@ func (c RunnerConfig) Validate() error {
 	}
 	if c.FoldIdle <= 0 {
 		errs = append(errs, errors.New("pipeline.fold_idle: must be > 0"))
+	}
+	if c.SummaryInterval < 0 || c.SummaryInterval >= c.IdleEvict {
+		errs = append(errs, errors.New("pipeline.summary_interval: must be >= 0 and shorter than idle_evict (offset commits wait for it)"))
 	}
 	if c.ParseWorkers < 0 || c.ParseWorkers > maxParseWorkers {
 		errs = append(errs, fmt.Errorf("pipeline.parse_workers: must be between 0 and %d", maxParseWorkers))
@@ -284,8 +306,20 @@ type Runner struct {
 	parts    map[partKey]*partState
 	namer    JobNamer
 	curNow   time.Time // processing time of the record at hand: one clock read per record, not per line
-	linef    func(*Record)
-	foldf    func(*Record, *TelemetryLine)
+	// lastSummaries is when a batch last carried every dirty job's
+	// summaries; deferred says the batch being prepared does not, only
+	// those of the jobs in carried (the others stay dirty for the next
+	// one); owed are the commits of stored batches that deferred them,
+	// made by the next batch that does not; shown is Created of each job
+	// when a batch last carried its summaries. See
+	// RunnerConfig.SummaryInterval.
+	lastSummaries time.Time
+	deferred      bool
+	carried       []string
+	owed          map[partKey]int64
+	shown         map[string]int
+	linef         func(*Record)
+	foldf         func(*Record, *TelemetryLine)
 	// resets counts reset calls: a parse job carries the count it was sent
 	// under, and a worker drops its decoders when it changed.
 	resets uint64
@@ -368,6 +402,9 @@ func (r *Runner) reset() {
 	r.dirty = map[string]bool{}
 	r.telDirty = map[string]bool{}
 	r.touched = map[string]time.Time{}
+	r.deferred, r.carried = false, nil
+	r.owed = map[partKey]int64{}
+	r.shown = map[string]int{}
 	r.dec.reset()
 	r.sampler = nil
 	r.resets++
@@ -515,7 +552,9 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// fold window holds has turned quiet at its end: its commit
 			// waits for nothing else (record-to-commit latency at the end
 			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
-			if now := r.deps.Now(); now.Sub(r.last) < r.cfg.Batch.MaxWait && !r.releasable(now, true) {
+			// Likewise when the stream came to rest with summaries, and
+			// so commits, deferred (SummaryInterval).
+			if now := r.deps.Now(); now.Sub(r.last) < r.cfg.Batch.MaxWait && !r.releasable(now, true) && !r.owing(now) {
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -548,7 +587,7 @@ func (r *Runner) flushNow(ctx context.Context) error {
 	if r.revoking != nil {
 		// The records of an ended generation, applied at its revocation:
 		// stored within the revocation's deadline, not the generation's.
-		return r.start(r.revoking, false)
+		return r.start(r.revoking, false, true)
 	}
 	if r.genEnded() {
 		// Every store would be cut short at once (and a held batch sent
@@ -560,7 +599,7 @@ func (r *Runner) flushNow(ctx context.Context) error {
 		defer cancel()
 		return r.flush(fctx)
 	}
-	return r.start(ctx, true)
+	return r.start(ctx, true, true)
 }
 
 // genEnded reports whether the generation the loop holds has ended (its
@@ -569,8 +608,9 @@ func (r *Runner) genEnded() bool { return r.gen != nil && r.gen.Err() != nil }
 
 // start lands the batch in flight (or stores the held one), then sends the
 // open batch off without waiting for it; with gen both also end with the
-// generation (see flushCtx).
-func (r *Runner) start(ctx context.Context, gen bool) error {
+// generation (see flushCtx); timed says it is a size or timer flush
+// (summaries may wait, see prepare).
+func (r *Runner) start(ctx context.Context, gen, timed bool) error {
 	if err := ctx.Err(); err != nil {
 		return err // a held batch is not sent again to fail at once
 	}
@@ -582,7 +622,7 @@ func (r *Runner) start(ctx context.Context, gen bool) error {
 	if err := r.settle(sctx); err != nil {
 		return err
 	}
-	evict, ok := r.prepare()
+	evict, ok := r.prepare(timed)
 	if !ok {
 		return nil
 	}
@@ -1132,7 +1172,7 @@ func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
 // is permanent), then commits the offsets it covers and evicts idle jobs.
 // When it returns an error the batch is held whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
-	if err := r.start(ctx, false); err != nil {
+	if err := r.start(ctx, false, false); err != nil {
 		return err
 	}
 	return r.settle(ctx)
@@ -1140,8 +1180,10 @@ func (r *Runner) flush(ctx context.Context) error {
 
 // prepare completes the open batch: summaries and observations of the
 // dirty jobs, the jobs to evict, the offsets it covers. It reports false
-// when there is nothing to store.
-func (r *Runner) prepare() (evict []string, ok bool) {
+// when there is nothing to store. With timed (a size or timer flush of
+// Run) the summaries wait for SummaryInterval unless a job is evicted or
+// the stream is at rest, and so do the offsets (see deferred).
+func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	now := r.deps.Now()
 	r.last = now
 	for job, t := range r.touched {
@@ -1151,14 +1193,20 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 		}
 	}
 	release := r.releasable(now, false)
-	if len(r.dirty) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release {
+	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || r.atRest(now)
+	jobs := r.summaryJobs(all)
+	if len(jobs) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release &&
+		!(all && len(r.owed) > 0) {
 		r.stored()
 		return nil, false
+	}
+	r.deferred, r.carried = !all, jobs
+	if all {
+		r.lastSummaries = now
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
 	r.batch.Comms, r.batch.Jobs, r.batch.Nodes, r.batch.Telemetry = r.batch.Comms[:0], r.batch.Jobs[:0], r.batch.Nodes[:0], r.batch.Telemetry[:0]
-	jobs := slices.Sorted(maps.Keys(r.dirty))
 	for _, j := range jobs {
 		if inv := r.deps.Inventory; inv != nil {
 			e := inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
@@ -1168,6 +1216,7 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 		if !ok {
 			continue
 		}
+		r.shown[j] = r.asm.Created(j)
 		r.batch.Comms = append(r.batch.Comms, comms...)
 		r.batch.Jobs = append(r.batch.Jobs, sum)
 		if r.deps.Observe {
@@ -1175,7 +1224,7 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 		}
 	}
 	if r.deps.Observe {
-		for j := range r.dirty {
+		for _, j := range jobs {
 			r.telDirty[j] = true
 		}
 		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
@@ -1215,10 +1264,67 @@ func (r *Runner) prepare() (evict []string, ok bool) {
 		ps.held = c < next
 		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: c})
 	}
+	if r.deferred {
+		// Stored now, committed with the next batch that carries every
+		// changed job's summary: a replay from an earlier commit brings
+		// these records back to whoever owns the partition then.
+		for _, o := range r.batch.Offsets {
+			r.owed[partKey{o.Topic, o.Partition}] = o.Next
+		}
+		r.batch.Offsets = r.batch.Offsets[:0]
+		if r.batch.Len() == 0 && len(r.batch.Activity) == 0 && len(r.batch.Telemetry) == 0 {
+			r.dropBatch() // nothing to store or observe yet
+			r.stored()
+			return nil, false
+		}
+	} else if len(r.owed) > 0 {
+		for _, o := range r.batch.Offsets {
+			delete(r.owed, partKey{o.Topic, o.Partition})
+		}
+		for k, next := range r.owed {
+			r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: next})
+		}
+		clear(r.owed)
+	}
 	slices.SortFunc(r.batch.Offsets, func(x, y Offset) int {
 		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
 	})
 	return evict, true
+}
+
+// summaryJobs returns the dirty jobs whose summaries the batch being
+// prepared carries, sorted: with all every one, otherwise those that
+// gained a process or a communicator since a batch last carried them (or
+// that none did), so that a communicator row is stored in the batch it
+// appeared in, as with every flush carrying summaries, even when it lives
+// a few records only (a communicator's nRanks line before its commId's).
+func (r *Runner) summaryJobs(all bool) []string {
+	jobs := r.carried[:0]
+	for j := range r.dirty {
+		if n, ok := r.shown[j]; all || !ok || n != r.asm.Created(j) {
+			jobs = append(jobs, j)
+		}
+	}
+	slices.Sort(jobs)
+	return jobs
+}
+
+// atRest reports whether every partition of the generation was read to
+// its end and got nothing for FoldIdle: the end of a burst, whose
+// summaries (and commits) do not wait for SummaryInterval.
+func (r *Runner) atRest(now time.Time) bool {
+	for _, ps := range r.parts {
+		if !ps.quiet(now, r.cfg.FoldIdle) {
+			return false
+		}
+	}
+	return len(r.parts) > 0
+}
+
+// owing reports whether the stream is at rest with summaries or commits
+// deferred: a flush stores them now.
+func (r *Runner) owing(now time.Time) bool {
+	return (len(r.dirty) > 0 || len(r.owed) > 0) && r.atRest(now)
 }
 
 // commit commits the offsets of a stored batch.
@@ -1242,6 +1348,7 @@ func (r *Runner) evict(j string) {
 	r.asm.Evict(j)
 	r.tel.Evict(j)
 	delete(r.touched, j)
+	delete(r.shown, j)
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Evictions.Inc()
 	}
@@ -1307,10 +1414,18 @@ func (r *Runner) stored() {
 	r.lastErr.Store(nil)
 }
 
-// dropBatch empties the open batch and the offsets it covers.
+// dropBatch empties the open batch and the offsets it covers; the jobs
+// whose summaries a deferred batch did not carry stay dirty.
 func (r *Runner) dropBatch() {
 	r.batch.Reset()
-	clear(r.dirty)
+	if r.deferred {
+		for _, j := range r.carried {
+			delete(r.dirty, j)
+		}
+	} else {
+		clear(r.dirty)
+	}
+	r.deferred, r.carried = false, r.carried[:0]
 	clear(r.telDirty)
 	clear(r.offsets)
 	r.jobs.Store(int64(r.asm.Len()))

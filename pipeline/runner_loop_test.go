@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -538,6 +539,10 @@ func TestRunLoopRebalanceKeepsBatches(t *testing.T) {
 			h := newHarness(t, nil, nil)
 			cfg := parseModeConfig(workers)
 			cfg.Batch.MaxRows, cfg.Batch.MaxWait = maxRows, time.Hour // size flushes only
+			// Every batch carries the summaries of its jobs: what is pinned
+			// here is where batches end, which decides the rows of a
+			// keyless communicator that exists for a few records only.
+			cfg.SummaryInterval = 0
 			cfg.RetryBackoff, cfg.MaxBackoff = time.Millisecond, time.Millisecond
 			h.r = pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory, NewDecoder: h.decoder,
 				Classifier: h.cls, NewClassifier: h.newCls, Candidate: h.cand, Sink: sink, Committer: h.commit, Metrics: h.m,
@@ -605,4 +610,299 @@ func TestRunLoopRebalanceKeepsBatches(t *testing.T) {
 			t.Errorf("commits %s; want %s", g, w)
 		}
 	})
+}
+
+// summaryCalls records, per sink call, when it came and how many events
+// and job summaries it carried.
+type summaryCalls struct {
+	mu    sync.Mutex
+	start time.Time
+	calls []string // "t=2s events=1 jobs=0"
+}
+
+func (s *summaryCalls) Consume(_ context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, fmt.Sprintf("t=%s events=%d jobs=%d", time.Since(s.start).Round(time.Second), len(b.Events), len(b.Jobs)))
+	return nil
+}
+
+// TestRunLoopSummariesEveryInterval: within Run the timer flushes store
+// every event at once, and the changed jobs' summaries only once
+// pipeline.summary_interval has passed since a flush carried them; the
+// final flush carries them whatever the interval.
+func TestRunLoopSummariesEveryInterval(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := parseModeConfig(workers)
+			cfg.Batch.MaxWait = time.Second
+			cfg.SummaryInterval = 5 * time.Second
+			sink := &summaryCalls{start: time.Now()}
+			dcfg := parsers.DefaultDecoderConfig()
+			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+				Classifier:    parsers.NewLines(nil),
+				NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
+				Candidate:     parsers.Prefilter(false), Sink: sink, Logger: zerolog.Nop()})
+			in := make(chan pipeline.Input, 8)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(t.Context(), in) }()
+			line := "node-0:100:100 [0] NCCL INFO Using network IB"
+			for i := range 8 {
+				// One NCCL line every 1.5 s, so that every timed flush has
+				// an event to store, on a partition with a backlog (never
+				// at rest: summaries would not wait then).
+				in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: int64(i),
+					Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: 1000}}}
+				time.Sleep(1500 * time.Millisecond)
+			}
+			synctest.Wait()
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			var withJobs, events int
+			last := ""
+			for i, c := range sink.calls {
+				var at time.Duration
+				var ev, jobs int
+				var ts string
+				if _, err := fmt.Sscanf(c, "t=%s events=%d jobs=%d", &ts, &ev, &jobs); err != nil {
+					t.Fatalf("%q: %v", c, err)
+				}
+				at, _ = time.ParseDuration(ts)
+				events += ev
+				if jobs > 0 {
+					withJobs++
+					if last != "" && i < len(sink.calls)-1 { // the final flush is exempt
+						prev, _ := time.ParseDuration(last)
+						if at-prev < cfg.SummaryInterval {
+							t.Errorf("summaries at %s and %s, less than %s apart (calls %v)", last, ts, cfg.SummaryInterval, sink.calls)
+						}
+					}
+					last = ts
+				}
+			}
+			if events != 8 {
+				t.Errorf("stored %d events; want 8 (calls %v)", events, sink.calls)
+			}
+			// 12 s of records: the first timed flush, one 5 s later, one
+			// 10 s later at most, and the final one (Drain).
+			if withJobs < 3 || withJobs > 4 || len(sink.calls) < 8 {
+				t.Errorf("%d of %d calls carried summaries; want 3 or 4 of at least 8 (calls %v)", withJobs, len(sink.calls), sink.calls)
+			}
+			if c := sink.calls[len(sink.calls)-1]; !strings.HasSuffix(c, "jobs=1") {
+				t.Errorf("the final flush %q carries no summary (calls %v)", c, sink.calls)
+			}
+		})
+	})
+}
+
+// summaryLedger is a sink and a committer in one, for a stream whose
+// every record holds one NCCL line of one job: at each commit it checks
+// that the stored job summaries count every line below the committed
+// offset, so that a process killed right after the commit (nothing
+// replays those records, and the state a next owner rebuilds from stored
+// events lacks the lines that are not NCCL events) leaves every summary
+// complete.
+type summaryLedger struct {
+	mu       sync.Mutex
+	lines    int64 // the highest nccl_lines of a stored job summary
+	calls    int
+	withJobs int
+	comms    map[string]bool // comm_id of every stored comm summary
+	next     int64           // the last committed offset
+	commits  int
+	errs     []string
+}
+
+func (l *summaryLedger) Consume(_ context.Context, b *pipeline.Batch) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if len(b.Jobs) > 0 {
+		l.withJobs++
+	}
+	for _, j := range b.Jobs {
+		l.lines = max(l.lines, j.NCCLLines)
+	}
+	if l.comms == nil {
+		l.comms = map[string]bool{}
+	}
+	for _, c := range b.Comms {
+		l.comms[c.CommID] = true
+	}
+	return nil
+}
+
+func (l *summaryLedger) Commit(_ context.Context, offs []pipeline.Offset) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range offs {
+		l.commits++
+		l.next = o.Next
+		if o.Next > l.lines {
+			l.errs = append(l.errs, fmt.Sprintf("committed up to offset %d with the stored summary counting %d lines", o.Next, l.lines))
+		}
+	}
+	return nil
+}
+
+// cadenceRunner runs a Runner with summary_interval interval on sink,
+// which also commits.
+func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink *summaryLedger) (chan<- pipeline.Input, <-chan error) {
+	cfg := parseModeConfig(workers)
+	cfg.Batch.MaxWait = time.Second
+	cfg.SummaryInterval = interval
+	dcfg := parsers.DefaultDecoderConfig()
+	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+		NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+		Classifier:    parsers.NewLines(nil),
+		NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
+		Candidate:     parsers.Prefilter(false), Sink: sink, Committer: sink, Logger: zerolog.Nop()})
+	in := make(chan pipeline.Input, 8)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(t.Context(), in) }()
+	return in, done
+}
+
+// TestRunLoopCommitsOnlySummarizedRecords: with summaries deferred
+// (pipeline.summary_interval), a commit never covers a record whose job
+// summary is not stored: the batches in between store their events and
+// wait for the next summaries to commit. af7be3c committed them at once,
+// and TestIntegrationChaos lost job summaries when the last process was
+// SIGKILLed after its last commit (the fault-free control too). Once the
+// stream is at rest (read to its end, quiet for fold_idle) the summaries
+// and the commit do not wait for the interval.
+func TestRunLoopCommitsOnlySummarizedRecords(t *testing.T) {
+	line := "node-0:100:100 [0] NCCL INFO Using network IB"
+	send := func(t *testing.T, in chan<- pipeline.Input, off, hwm int64) {
+		in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: off,
+			Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: hwm}}}
+	}
+	stop := func(t *testing.T, in chan<- pipeline.Input, done <-chan error, sink *summaryLedger) {
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range sink.errs {
+			t.Error(e)
+		}
+	}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			sink := &summaryLedger{}
+			in, done := cadenceRunner(t, workers, 5*time.Second, sink)
+			// 18 s of a partition with a backlog: one record every 1.5 s.
+			for i := range 12 {
+				send(t, in, int64(i), 1000)
+				time.Sleep(1500 * time.Millisecond)
+			}
+			synctest.Wait()
+			sink.mu.Lock()
+			if sink.commits < 2 || sink.withJobs*2 > sink.calls {
+				t.Errorf("%d commits, %d of %d sink calls with summaries; want commits, and summaries in at most half the calls",
+					sink.commits, sink.withJobs, sink.calls)
+			}
+			sink.mu.Unlock()
+			stop(t, in, done, sink)
+		})
+		synctest.Test(t, func(t *testing.T) {
+			// A summary interval longer than the test: only the first
+			// timed flush (t=1 s) and the stream at rest carry summaries.
+			sink := &summaryLedger{}
+			in, done := cadenceRunner(t, workers, 10*time.Minute, sink)
+			for i := range 4 {
+				send(t, in, int64(i), 1000)
+				time.Sleep(1500 * time.Millisecond)
+			}
+			// Read to its end, then quiet for fold_idle (1 s): committed
+			// to the end with every line summarized, before any Drain.
+			send(t, in, 4, 5)
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			sink.mu.Lock()
+			if sink.next != 5 || sink.lines != 5 {
+				t.Errorf("at rest: committed up to %d with %d lines summarized; want 5 and 5", sink.next, sink.lines)
+			}
+			sink.mu.Unlock()
+			stop(t, in, done, sink)
+		})
+	})
+}
+
+// TestRunLoopSummaryCadenceKeepsCommRows: a communicator that exists for a
+// few records only (a rank's nRanks line, before its Init START line names
+// the commId) is stored with the summary interval as with every flush
+// carrying summaries: the flush that ends the batch it appeared in carries
+// its job's summaries. TestIntegrationChaos lost such a row (nranks=16)
+// under af7be3c.
+func TestRunLoopSummaryCadenceKeepsCommRows(t *testing.T) {
+	lines := []string{"h:1:1 [0] NCCL INFO Using network IB", "h:1:1 [0] NCCL INFO Using network IB",
+		"h:1:1 [0] NCCL INFO comm 0xa1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"}
+	for range 6 {
+		lines = append(lines, "h:1:1 [0] NCCL INFO Using network IB")
+	}
+	lines = append(lines, "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa1 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0xde4443395863ef4a - Init START")
+	for range 12 {
+		lines = append(lines, "h:1:1 [0] NCCL INFO Using network IB")
+	}
+	run := func(t *testing.T, workers int, interval time.Duration) *summaryLedger {
+		sink := &summaryLedger{}
+		synctest.Test(t, func(t *testing.T) {
+			in, done := cadenceRunner(t, workers, interval, sink)
+			for i, l := range lines {
+				// One record every 0.6 s on a partition with a backlog: the
+				// first timed flush (t=1 s) carries summaries, the next one
+				// due no earlier than t=6 s; the communicator lives from
+				// t=1.2 s to t=5.4 s.
+				in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: int64(i),
+					Value: fluentBit(t, l, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: 1000}}}
+				time.Sleep(600 * time.Millisecond)
+			}
+			synctest.Wait()
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+		return sink
+	}
+	eachParseMode(t, func(t *testing.T, workers int) {
+		every := run(t, workers, 0)
+		if !every.comms["nranks=2"] {
+			t.Fatalf("with every flush carrying summaries: comm rows %v; want one of the keyless nranks=2", slices.Sorted(maps.Keys(every.comms)))
+		}
+		cadence := run(t, workers, 5*time.Second)
+		if g, w := slices.Sorted(maps.Keys(cadence.comms)), slices.Sorted(maps.Keys(every.comms)); !slices.Equal(g, w) {
+			t.Errorf("comm rows with summary_interval 5s %v; want those of every flush carrying summaries, %v", g, w)
+		}
+		if cadence.withJobs >= every.withJobs {
+			t.Errorf("%d sink calls with summaries at 5s, %d at 0; want fewer", cadence.withJobs, every.withJobs)
+		}
+		for _, e := range append(every.errs, cadence.errs...) {
+			t.Error(e)
+		}
+	})
+}
+
+// TestSummaryIntervalConfig: pipeline.summary_interval defaults to 5 s,
+// accepts 0, and is checked with its field path.
+func TestSummaryIntervalConfig(t *testing.T) {
+	cfg := pipeline.DefaultRunnerConfig()
+	if cfg.SummaryInterval != 5*time.Second {
+		t.Errorf("default summary_interval = %v; want 5s", cfg.SummaryInterval)
+	}
+	cfg.SummaryInterval = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("summary_interval 0: Validate() = %v; want nil", err)
+	}
+	for _, d := range []time.Duration{-time.Second, cfg.IdleEvict} {
+		cfg.SummaryInterval = d
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pipeline.summary_interval: must be >= 0 and shorter than idle_evict") {
+			t.Errorf("summary_interval %v: Validate() = %v; want the field's error", d, err)
+		}
+	}
 }

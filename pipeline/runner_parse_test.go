@@ -131,6 +131,10 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	cfg.Batch.MaxRows = 7
 	cfg.Batch.MaxWait = time.Hour // batches end by size, revocation and drain only: the same in every run
 	cfg.Telemetry.FoldRecords = 10
+	// Every batch carries its summaries and commits (the clock stands
+	// still: with the default interval only the first, the revocation and
+	// the drain would), so that each commit hold is compared.
+	cfg.SummaryInterval = 0
 	cfg.RetryBackoff, cfg.MaxBackoff = time.Millisecond, time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

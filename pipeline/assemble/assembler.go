@@ -45,6 +45,7 @@ type jobState struct {
 	nodes       []string // Kubernetes nodes (envelope metadata) the job's records came from
 	lines       int64
 	dropped     int64 // processes beyond MaxProcsPerJob
+	created     int   // processes and communicators created (Created)
 	expect      *pipeline.Expectation
 	first, last time.Time
 }
@@ -213,6 +214,21 @@ func (a *Assembler) Jobs() []string {
 // Len returns the number of jobs held.
 func (a *Assembler) Len() int { return len(a.jobs) }
 
+// Created returns how many processes and communicators job's state has
+// created so far (0 when the job is not held). It grows whenever Summaries
+// may show a communicator row that no earlier call showed: a new comm_id,
+// or the row of processes no communicator claims (a process is claimed
+// for good once a communicator line names it, so only a new process can
+// bring that row back). The runner uses it to store such a row in the
+// flush that ends the batch it appeared in, as it stores every summary
+// when pipeline.summary_interval is 0.
+func (a *Assembler) Created(job string) int {
+	if j, ok := a.jobs[job]; ok {
+		return j.created
+	}
+	return 0
+}
+
 // Evict forgets a job (after its final summary was stored).
 func (a *Assembler) Evict(job string) { delete(a.jobs, job) }
 
@@ -303,6 +319,7 @@ func (a *Assembler) proc(j *jobState, ev *pipeline.Event, t time.Time) *proc {
 		}
 		p = &proc{key: string(a.key), host: string(ev.Host), pid: string(ev.PID), channels: -1, first: t}
 		j.procs[p.key] = p
+		j.created++
 		j.order = append(j.order, p)
 	}
 	if !t.IsZero() {
@@ -630,6 +647,7 @@ func (a *Assembler) commLine(j *jobState, p *proc, ev *pipeline.Event) {
 		c = &comm{key: key, nranks: -1, nnodes: -1, localRanks: -1, members: make(map[int]string)}
 		j.comms[key] = c
 		j.commOrder = append(j.commOrder, c)
+		j.created++
 	}
 	if ev.NRanks > 0 {
 		c.nranks = ev.NRanks
@@ -673,6 +691,7 @@ func (j *jobState) moveMember(p *proc, from, to string) {
 		t = &comm{key: to, nranks: c.nranks, nnodes: c.nnodes, localRanks: c.localRanks, members: make(map[int]string)}
 		j.comms[to] = t
 		j.commOrder = append(j.commOrder, t)
+		j.created++
 	}
 	for r, k := range c.members {
 		if k == p.key {
