@@ -10,7 +10,8 @@ import (
 // policy.
 type AssemblerConfig struct {
 	// MaxJobs caps the jobs held at once; the least recently seen job is
-	// evicted first. 10 000 covers a large cluster's concurrent jobs.
+	// pushed out first (its summaries as they stand are stored with the
+	// next batch). 10 000 covers a large cluster's concurrent jobs.
 	MaxJobs int `yaml:"max_jobs"`
 	// MaxProcsPerJob caps the processes tracked per job; beyond it new
 	// processes are counted but not tracked. 65 536 is more ranks than any
@@ -60,6 +61,9 @@ type NCCLAssembler interface {
 	// state: when it grows, Summaries may show a communicator row no
 	// earlier call showed.
 	Created(job string) int
+	// Pushed returns, once, the final summaries of the jobs pushed out to
+	// make room for new ones (MaxJobs).
+	Pushed() (comms []CommSummary, jobs []JobSummary)
 	Nodes(job string) []string
 	Jobs() []string
 	Len() int

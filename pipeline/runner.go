@@ -1223,6 +1223,12 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
 		}
 	}
+	// The jobs pushed out for new ones (assembler.max_jobs): their final
+	// summaries, or the lines since their last summary would never be
+	// summarized while the commit covers them.
+	comms, sums := r.asm.Pushed()
+	r.batch.Comms = append(r.batch.Comms, comms...)
+	r.batch.Jobs = append(r.batch.Jobs, sums...)
 	if r.deps.Observe {
 		for _, j := range jobs {
 			r.telDirty[j] = true

@@ -464,12 +464,26 @@ func TestRunnerManyJobsBoundedMemory(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		job := fmt.Sprintf("job-%d", i)
 		h.send(t, 0, job, fluentBit(t, "h:1:1 [0] NCCL INFO Using network IB", job, job, "n"))
-	}
-	if err := h.r.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+		if i%40 == 39 { // a batch every 40 jobs: fewer pushed out per batch than MaxJobs
+			if err := h.r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if n := h.r.Jobs(); n > 50 {
 		t.Fatalf("jobs held = %d; want at most MaxJobs 50", n)
+	}
+	// The jobs pushed out for new ones still got their summaries stored,
+	// with their one line, while the commit covers their records.
+	stored := map[string]int64{}
+	for _, j := range sink.jobs {
+		stored[j.Job] = max(stored[j.Job], j.NCCLLines)
+	}
+	for i := 0; i < 200; i++ {
+		if job := fmt.Sprintf("job-%d", i); stored[job] != 1 {
+			t.Errorf("%s: stored summary with %d NCCL lines; want 1 (stored %d jobs of 200)", job, stored[job], len(stored))
+			break
+		}
 	}
 }
 

@@ -20,6 +20,10 @@ type Assembler struct {
 	cfg  pipeline.AssemblerConfig
 	jobs map[string]*jobState
 	key  []byte // reused process-key buffer
+	// The last summaries of the jobs pushed out for a new one (MaxJobs)
+	// since Pushed was last called, at most MaxJobs of them.
+	pushedComms []pipeline.CommSummary
+	pushedJobs  []pipeline.JobSummary
 }
 
 // Factory is New as pipeline.RunnerDeps.NewAssembler takes it.
@@ -283,6 +287,8 @@ func (a *Assembler) job(name string, meta *pipeline.Meta, t time.Time) *jobState
 	return j
 }
 
+// evictOldest pushes out the least recently seen job, keeping its last
+// summaries for Pushed.
 func (a *Assembler) evictOldest() {
 	var oldest string
 	var ot time.Time
@@ -292,7 +298,26 @@ func (a *Assembler) evictOldest() {
 			oldest, ot, first = n, j.last, false
 		}
 	}
+	if len(a.pushedJobs) < a.cfg.MaxJobs {
+		if comms, sum, ok := a.Summaries(oldest); ok {
+			a.pushedComms = append(a.pushedComms, comms...)
+			a.pushedJobs = append(a.pushedJobs, sum)
+		}
+	}
 	delete(a.jobs, oldest)
+}
+
+// Pushed returns the last summaries of the jobs pushed out to make room
+// for new ones (AssemblerConfig.MaxJobs) since the last call, and forgets
+// them: their state is gone, so these are their final summaries, which
+// the runner stores with the next batch (before the commit that covers
+// their records). At most MaxJobs jobs are kept between calls: beyond,
+// more new jobs than that came between two batches, and the summaries of
+// those pushed out are lost as before.
+func (a *Assembler) Pushed() (comms []pipeline.CommSummary, jobs []pipeline.JobSummary) {
+	comms, jobs = a.pushedComms, a.pushedJobs
+	a.pushedComms, a.pushedJobs = nil, nil
+	return comms, jobs
 }
 
 func (j *jobState) addVersion(v string) {
