@@ -635,32 +635,17 @@ func TestRunLoopSummariesEveryInterval(t *testing.T) {
 	eachParseMode(t, func(t *testing.T, workers int) {
 		synctest.Test(t, func(t *testing.T) {
 			cfg := parseModeConfig(workers)
-			cfg.Batch.MaxWait = time.Second
 			cfg.SummaryInterval = 5 * time.Second
 			sink := &summaryCalls{start: time.Now()}
-			dcfg := parsers.DefaultDecoderConfig()
-			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-				NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
-				Classifier:    parsers.NewLines(nil),
-				NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
-				Candidate:     parsers.Prefilter(false), Sink: sink, Logger: zerolog.Nop()})
-			in := make(chan pipeline.Input, 8)
-			done := make(chan error, 1)
-			go func() { done <- r.Run(t.Context(), in) }()
-			line := "node-0:100:100 [0] NCCL INFO Using network IB"
+			in, done := cadenceRunner(t, workers, cfg.SummaryInterval, sink, nil)
 			for i := range 8 {
 				// One NCCL line every 1.5 s, so that every timed flush has
 				// an event to store, on a partition with a backlog (never
 				// at rest: summaries would not wait then).
-				in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: int64(i),
-					Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: 1000}}}
+				cadenceSend(t, in, int64(i), cadenceLine, 1000)
 				time.Sleep(1500 * time.Millisecond)
 			}
-			synctest.Wait()
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			cadenceStop(t, in, done)
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
 			var withJobs, events int
@@ -750,9 +735,9 @@ func (l *summaryLedger) Commit(_ context.Context, offs []pipeline.Offset) error 
 	return nil
 }
 
-// cadenceRunner runs a Runner with summary_interval interval on sink,
-// which also commits.
-func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink *summaryLedger) (chan<- pipeline.Input, <-chan error) {
+// cadenceRunner runs a Runner (max_wait 1 s) with summary_interval
+// interval on sink and commit (nil: none).
+func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink pipeline.Consumer, commit pipeline.Committer) (chan<- pipeline.Input, <-chan error) {
 	cfg := parseModeConfig(workers)
 	cfg.Batch.MaxWait = time.Second
 	cfg.SummaryInterval = interval
@@ -761,11 +746,30 @@ func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink *summ
 		NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
 		Classifier:    parsers.NewLines(nil),
 		NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
-		Candidate:     parsers.Prefilter(false), Sink: sink, Committer: sink, Logger: zerolog.Nop()})
+		Candidate:     parsers.Prefilter(false), Sink: sink, Committer: commit, Logger: zerolog.Nop()})
 	in := make(chan pipeline.Input, 8)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(t.Context(), in) }()
 	return in, done
+}
+
+// cadenceLine is an NCCL line of one process.
+const cadenceLine = "node-0:100:100 [0] NCCL INFO Using network IB"
+
+// cadenceSend sends a record of job j at offset off of partition logs/0,
+// whose high water mark is hwm, holding line.
+func cadenceSend(t *testing.T, in chan<- pipeline.Input, off int64, line string, hwm int64) {
+	in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: off,
+		Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: hwm}}}
+}
+
+// cadenceStop ends the input once the loop is idle and waits for Run.
+func cadenceStop(t *testing.T, in chan<- pipeline.Input, done <-chan error) {
+	synctest.Wait()
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRunLoopCommitsOnlySummarizedRecords: with summaries deferred
@@ -777,29 +781,26 @@ func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink *summ
 // stream is at rest (read to its end, quiet for fold_idle) the summaries
 // and the commit do not wait for the interval.
 func TestRunLoopCommitsOnlySummarizedRecords(t *testing.T) {
-	line := "node-0:100:100 [0] NCCL INFO Using network IB"
-	send := func(t *testing.T, in chan<- pipeline.Input, off, hwm int64) {
-		in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: off,
-			Value: fluentBit(t, line, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: hwm}}}
+	// backlog runs a loop with summary_interval interval and sends it n
+	// records of a partition with a backlog, one every 1.5 s.
+	backlog := func(t *testing.T, workers int, interval time.Duration, n int) (*summaryLedger, chan<- pipeline.Input, <-chan error) {
+		sink := &summaryLedger{}
+		in, done := cadenceRunner(t, workers, interval, sink, sink)
+		for i := range n {
+			cadenceSend(t, in, int64(i), cadenceLine, 1000)
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return sink, in, done
 	}
 	stop := func(t *testing.T, in chan<- pipeline.Input, done <-chan error, sink *summaryLedger) {
-		close(in)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		cadenceStop(t, in, done)
 		for _, e := range sink.errs {
 			t.Error(e)
 		}
 	}
 	eachParseMode(t, func(t *testing.T, workers int) {
 		synctest.Test(t, func(t *testing.T) {
-			sink := &summaryLedger{}
-			in, done := cadenceRunner(t, workers, 5*time.Second, sink)
-			// 18 s of a partition with a backlog: one record every 1.5 s.
-			for i := range 12 {
-				send(t, in, int64(i), 1000)
-				time.Sleep(1500 * time.Millisecond)
-			}
+			sink, in, done := backlog(t, workers, 5*time.Second, 12) // 18 s
 			synctest.Wait()
 			sink.mu.Lock()
 			if sink.commits < 2 || sink.withJobs*2 > sink.calls {
@@ -812,15 +813,10 @@ func TestRunLoopCommitsOnlySummarizedRecords(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			// A summary interval longer than the test: only the first
 			// timed flush (t=1 s) and the stream at rest carry summaries.
-			sink := &summaryLedger{}
-			in, done := cadenceRunner(t, workers, 10*time.Minute, sink)
-			for i := range 4 {
-				send(t, in, int64(i), 1000)
-				time.Sleep(1500 * time.Millisecond)
-			}
+			sink, in, done := backlog(t, workers, 10*time.Minute, 4)
 			// Read to its end, then quiet for fold_idle (1 s): committed
 			// to the end with every line summarized, before any Drain.
-			send(t, in, 4, 5)
+			cadenceSend(t, in, 4, cadenceLine, 5)
 			time.Sleep(2 * time.Second)
 			synctest.Wait()
 			sink.mu.Lock()
@@ -852,21 +848,16 @@ func TestRunLoopSummaryCadenceKeepsCommRows(t *testing.T) {
 	run := func(t *testing.T, workers int, interval time.Duration) *summaryLedger {
 		sink := &summaryLedger{}
 		synctest.Test(t, func(t *testing.T) {
-			in, done := cadenceRunner(t, workers, interval, sink)
+			in, done := cadenceRunner(t, workers, interval, sink, sink)
 			for i, l := range lines {
 				// One record every 0.6 s on a partition with a backlog: the
 				// first timed flush (t=1 s) carries summaries, the next one
 				// due no earlier than t=6 s; the communicator lives from
 				// t=1.2 s to t=5.4 s.
-				in <- pipeline.Input{Messages: []pipeline.Message{{Topic: "logs", Offset: int64(i),
-					Value: fluentBit(t, l, "j", "j-0", "n0"), Time: time.Now(), HighWaterMark: 1000}}}
+				cadenceSend(t, in, int64(i), l, 1000)
 				time.Sleep(600 * time.Millisecond)
 			}
-			synctest.Wait()
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			cadenceStop(t, in, done)
 		})
 		return sink
 	}
