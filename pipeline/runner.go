@@ -122,10 +122,11 @@ type RunnerConfig struct {
 	// two workers parse about as fast as the loop applies; more only help
 	// where the loop waits for them (at most GOMAXPROCS is useful).
 	ParseWorkers int `yaml:"parse_workers"`
-	// SummaryInterval: within Run, a size or timer flush carries the comm
-	// and job summaries of the jobs that changed (and the rules see them)
-	// only when this long has passed since the last flush that did, or
-	// when the stream is at rest (every partition read to its end and
+	// SummaryInterval: within Run, while a partition has a backlog (more
+	// than backlogRecords behind its high water mark), a size or timer
+	// flush carries the comm and job summaries of the jobs that changed
+	// (and the rules see them) only when this long has passed since the
+	// last flush that did, or when the stream is at rest (every partition read to its end and
 	// quiet for FoldIdle); the flushes in between store events, telemetry
 	// rows and dead letters, and the summaries of jobs that gained a
 	// process or a communicator (so that a communicator row is stored
@@ -941,6 +942,7 @@ func (r *Runner) admit(m *Message) (partKey, error) {
 	r.curNow = now
 	ps.next, ps.seen = m.Offset+1, now
 	ps.atEnd = m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
+	ps.behind = m.HighWaterMark <= 0 || m.HighWaterMark-(m.Offset+1) > backlogRecords
 	return k, nil
 }
 
@@ -997,7 +999,10 @@ type partState struct {
 	next  int64     // offset after the last record delivered
 	seen  time.Time // when it was delivered
 	atEnd bool      // it was the partition's last record when fetched
-	held  bool      // the last commit stopped short of next
+	// behind: more than backlogRecords were after it when fetched (or the
+	// source gave no high water mark).
+	behind bool
+	held   bool // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
@@ -1193,7 +1198,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 	}
 	release := r.releasable(now, false)
-	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || r.atRest(now)
+	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || !r.backlog() || r.atRest(now)
 	jobs := r.summaryJobs(all)
 	if len(jobs) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release &&
 		!(all && len(r.owed) > 0) {
@@ -1325,6 +1330,25 @@ func (r *Runner) atRest(now time.Time) bool {
 		}
 	}
 	return len(r.parts) > 0
+}
+
+// backlogRecords is how far behind its high water mark a partition must
+// be for the summaries to wait for SummaryInterval: a live stream, read
+// as it comes (a fetch or two behind), stores them with every flush, so
+// record-to-verdict and record-to-commit latency stay those of a flush;
+// a backlog (a replay, a consumer catching up) saves the summary tables'
+// parts. 10 000: several fetches of a busy partition.
+const backlogRecords = 10000
+
+// backlog reports whether a partition of the generation is behind its
+// high water mark by more than backlogRecords.
+func (r *Runner) backlog() bool {
+	for _, ps := range r.parts {
+		if ps.behind {
+			return true
+		}
+	}
+	return false
 }
 
 // owing reports whether the stream is at rest with summaries or commits

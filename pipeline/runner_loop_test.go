@@ -642,7 +642,7 @@ func TestRunLoopSummariesEveryInterval(t *testing.T) {
 				// One NCCL line every 1.5 s, so that every timed flush has
 				// an event to store, on a partition with a backlog (never
 				// at rest: summaries would not wait then).
-				cadenceSend(t, in, int64(i), cadenceLine, 1000)
+				cadenceSend(t, in, int64(i), cadenceLine, backlogHWM)
 				time.Sleep(1500 * time.Millisecond)
 			}
 			cadenceStop(t, in, done)
@@ -753,6 +753,42 @@ func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink pipel
 	return in, done
 }
 
+// backlogHWM is the high water mark of a partition with a backlog: far
+// more records after the ones sent than the loop's backlog threshold.
+const backlogHWM = 1 << 40
+
+// TestRunLoopLiveStreamSummariesEveryFlush: a partition read as its
+// records come (each at the high water mark when fetched), never quiet
+// for fold_idle, has the changed jobs' summaries, and so its commits, in
+// every timed flush whatever pipeline.summary_interval: the interval only
+// spares the summary tables while a partition has a backlog, so a live
+// stream's record-to-verdict latency stays that of a flush.
+func TestRunLoopLiveStreamSummariesEveryFlush(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			sink := &summaryLedger{}
+			in, done := cadenceRunner(t, workers, 10*time.Minute, sink, sink)
+			// One record every 0.5 s for 8 s, each the last of its
+			// partition: never quiet for fold_idle (1 s).
+			for i := range 16 {
+				cadenceSend(t, in, int64(i), cadenceLine, int64(i)+1)
+				time.Sleep(500 * time.Millisecond)
+			}
+			synctest.Wait()
+			sink.mu.Lock()
+			if sink.calls < 6 || sink.withJobs != sink.calls || sink.next < 14 {
+				t.Errorf("%d sink calls, %d with summaries, committed up to %d; want at least 6, every one with summaries, commits past 14",
+					sink.calls, sink.withJobs, sink.next)
+			}
+			sink.mu.Unlock()
+			cadenceStop(t, in, done)
+			for _, e := range sink.errs {
+				t.Error(e)
+			}
+		})
+	})
+}
+
 // cadenceLine is an NCCL line of one process.
 const cadenceLine = "node-0:100:100 [0] NCCL INFO Using network IB"
 
@@ -787,7 +823,7 @@ func TestRunLoopCommitsOnlySummarizedRecords(t *testing.T) {
 		sink := &summaryLedger{}
 		in, done := cadenceRunner(t, workers, interval, sink, sink)
 		for i := range n {
-			cadenceSend(t, in, int64(i), cadenceLine, 1000)
+			cadenceSend(t, in, int64(i), cadenceLine, backlogHWM)
 			time.Sleep(1500 * time.Millisecond)
 		}
 		return sink, in, done
@@ -854,7 +890,7 @@ func TestRunLoopSummaryCadenceKeepsCommRows(t *testing.T) {
 				// first timed flush (t=1 s) carries summaries, the next one
 				// due no earlier than t=6 s; the communicator lives from
 				// t=1.2 s to t=5.4 s.
-				cadenceSend(t, in, int64(i), l, 1000)
+				cadenceSend(t, in, int64(i), l, backlogHWM)
 				time.Sleep(600 * time.Millisecond)
 			}
 			cadenceStop(t, in, done)
