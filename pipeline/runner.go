@@ -136,10 +136,13 @@ type RunnerConfig struct {
 	// stored, so a crash replays it (the state rebuilt from stored events
 	// lacks the launcher lines, and no process may own the partition
 	// soon). Evictions, Flush, Drain, revocations and SIGTERM always carry
-	// them. 5 s: the summary tables are a third of the tables a flush
-	// writes but, with ClickHouse writing each part as dozens of files,
-	// most of the server's work per flush, for a few dozen rows. 0 stores
-	// them, and commits, with every flush.
+	// them. 0 (the default) stores them, and commits, with every flush:
+	// on the load benchmark's stream 5 s saved no part (75-77 parts by
+	// inserts either way: its jobs gain a communicator in nearly every
+	// batch) and one latency phase's p99 rose to 4.7 s. A backfill of
+	// few communicators (the summary tables are a few dozen rows a flush
+	// but, with ClickHouse writing each part as dozens of files, much of
+	// the server's work per flush) may set it.
 	SummaryInterval time.Duration   `yaml:"summary_interval"`
 	Assembler       AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.
@@ -171,7 +174,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		ShutdownTimeout: 20 * time.Second,
 		FoldIdle:        time.Second,
 		ParseWorkers:    min(defaultParseWorkers, runtime.GOMAXPROCS(0)),
-		SummaryInterval: 5 * time.Second,
+		SummaryInterval: 0,
 		Assembler:       DefaultAssemblerConfig(),
 		Telemetry:       DefaultTelemetryAssemblerConfig(),
 	}

@@ -915,16 +915,16 @@ func TestRunLoopSummaryCadenceKeepsCommRows(t *testing.T) {
 	})
 }
 
-// TestSummaryIntervalConfig: pipeline.summary_interval defaults to 5 s,
-// accepts 0, and is checked with its field path.
+// TestSummaryIntervalConfig: pipeline.summary_interval defaults to 0 (every
+// flush), accepts 5 s, and is checked with its field path.
 func TestSummaryIntervalConfig(t *testing.T) {
 	cfg := pipeline.DefaultRunnerConfig()
-	if cfg.SummaryInterval != 5*time.Second {
-		t.Errorf("default summary_interval = %v; want 5s", cfg.SummaryInterval)
+	if cfg.SummaryInterval != 0 {
+		t.Errorf("default summary_interval = %v; want 0", cfg.SummaryInterval)
 	}
-	cfg.SummaryInterval = 0
+	cfg.SummaryInterval = 5 * time.Second
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("summary_interval 0: Validate() = %v; want nil", err)
+		t.Errorf("summary_interval 5s: Validate() = %v; want nil", err)
 	}
 	for _, d := range []time.Duration{-time.Second, cfg.IdleEvict} {
 		cfg.SummaryInterval = d
