@@ -943,9 +943,7 @@ func (r *Runner) admit(m *Message) (partKey, error) {
 	}
 	now := r.deps.Now()
 	r.curNow = now
-	ps.next, ps.seen = m.Offset+1, now
-	ps.atEnd = m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
-	ps.behind = m.HighWaterMark <= 0 || m.HighWaterMark-(m.Offset+1) > backlogRecords
+	ps.next, ps.seen, ps.hwm = m.Offset+1, now, m.HighWaterMark
 	return k, nil
 }
 
@@ -999,13 +997,10 @@ func (r *Runner) full() bool {
 
 // partState is what the loop knows of a partition of the generation.
 type partState struct {
-	next  int64     // offset after the last record delivered
-	seen  time.Time // when it was delivered
-	atEnd bool      // it was the partition's last record when fetched
-	// behind: more than backlogRecords were after it when fetched (or the
-	// source gave no high water mark).
-	behind bool
-	held   bool // the last commit stopped short of next
+	next int64     // offset after the last record delivered
+	seen time.Time // when it was delivered
+	hwm  int64     // its high water mark when fetched; 0 when the source gave none
+	held bool      // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
@@ -1014,8 +1009,17 @@ type partState struct {
 // quiet reports whether the partition was read to its end and got
 // nothing for idle.
 func (p *partState) quiet(now time.Time, idle time.Duration) bool {
-	return p.atEnd && now.Sub(p.seen) >= idle
+	return p.atEnd() && now.Sub(p.seen) >= idle
 }
+
+// atEnd reports whether the last record delivered was the partition's
+// last when fetched.
+func (p *partState) atEnd() bool { return p.hwm > 0 && p.next >= p.hwm }
+
+// behind reports whether more than backlogRecords were after the last
+// record delivered when it was fetched, or the source gave no high water
+// mark.
+func (p *partState) behind() bool { return p.hwm <= 0 || p.hwm-p.next > backlogRecords }
 
 // releasable reports whether a partition whose commit was held back is
 // quiet now: a flush commits it to its end. With fold only a hold by an
@@ -1189,8 +1193,9 @@ func (r *Runner) flush(ctx context.Context) error {
 // prepare completes the open batch: summaries and observations of the
 // dirty jobs, the jobs to evict, the offsets it covers. It reports false
 // when there is nothing to store. With timed (a size or timer flush of
-// Run) the summaries wait for SummaryInterval unless a job is evicted or
-// the stream is at rest, and so do the offsets (see deferred).
+// Run) the summaries wait for SummaryInterval while a partition has a
+// backlog, unless a job is evicted, and so do the offsets (see deferred);
+// a stream at rest has none.
 func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	now := r.deps.Now()
 	r.last = now
@@ -1201,7 +1206,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 	}
 	release := r.releasable(now, false)
-	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || !r.backlog() || r.atRest(now)
+	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || !r.backlog()
 	jobs := r.summaryJobs(all)
 	if len(jobs) == 0 && r.batch.Len() == 0 && len(r.offsets) == 0 && len(r.batch.Activity) == 0 && !release &&
 		!(all && len(r.owed) > 0) {
@@ -1324,8 +1329,9 @@ func (r *Runner) summaryJobs(all bool) []string {
 }
 
 // atRest reports whether every partition of the generation was read to
-// its end and got nothing for FoldIdle: the end of a burst, whose
-// summaries (and commits) do not wait for SummaryInterval.
+// its end and got nothing for FoldIdle: the end of a burst, when the tick
+// flushes deferred summaries and commits (owing) without waiting for
+// MaxWait.
 func (r *Runner) atRest(now time.Time) bool {
 	for _, ps := range r.parts {
 		if !ps.quiet(now, r.cfg.FoldIdle) {
@@ -1347,7 +1353,7 @@ const backlogRecords = 10000
 // high water mark by more than backlogRecords.
 func (r *Runner) backlog() bool {
 	for _, ps := range r.parts {
-		if ps.behind {
+		if ps.behind() {
 			return true
 		}
 	}
