@@ -811,8 +811,8 @@ func parseHFDict(b []byte, tl *pipeline.TelemetryLine) bool {
 // hfStep reads b, a stripped line, when it is a Hugging Face Trainer step
 // dict in the plain form the Trainer prints on every rank at every logging
 // step, "{'loss': 0.392, 'grad_norm': 0.644, 'learning_rate': 1.96e-05,
-// 'epoch': 0.9}" (telemetry/hf-*.log; the load benchmark's stream is 80 %
-// such lines): only the keys loss, grad_norm, learning_rate, epoch and
+// 'epoch': 0.9}" (telemetry/hf-*.log; the trainer of about a fifth of
+// the load benchmark's jobs): only the keys loss, grad_norm, learning_rate, epoch and
 // step, each "'key': " then a plain number ([0-9.e+-]), ", " between
 // pairs, '}' last. It gives what parseHFDict gives and reports whether b
 // had that form and a loss it could read; for anything else the caller
@@ -876,12 +876,16 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 }
 
 // hfStepKeys are the keys hfStep reads, each with its closing quote and
-// ": ", by their first letter's index in hfStepKey.
-var hfStepKeys = [...]string{hfLoss: "loss': ", hfStepNo: "step': ", "grad_norm': ", "learning_rate': ", "epoch': "}
+// ": ".
+var hfStepKeys = [...]string{hfLoss: "loss': ", hfStepNo: "step': ", hfGradNorm: "grad_norm': ",
+	hfLearningRate: "learning_rate': ", hfEpoch: "epoch': "}
 
 const (
 	hfLoss = iota
 	hfStepNo
+	hfGradNorm
+	hfLearningRate
+	hfEpoch
 )
 
 // hfStepKey returns the index in hfStepKeys of the key b starts with, or -1.
@@ -892,16 +896,16 @@ func hfStepKey(b []byte) int {
 	k := -1
 	switch b[0] {
 	case 'l':
-		k = 0
+		k = hfLoss
 		if len(b) > 1 && b[1] == 'e' {
-			k = 3
+			k = hfLearningRate
 		}
 	case 's':
-		k = 1
+		k = hfStepNo
 	case 'g':
-		k = 2
+		k = hfGradNorm
 	case 'e':
-		k = 4
+		k = hfEpoch
 	}
 	if k < 0 || !hasPrefix(b, hfStepKeys[k]) {
 		return -1

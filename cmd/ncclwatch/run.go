@@ -167,7 +167,7 @@ func runService(args []string, stderr io.Writer) int {
 // Nearly all the service allocates is short-lived (each Kafka record's
 // bytes, copied by kafka-go, parsed and dropped), so the default 100 %
 // collects a ~100 MB live heap every ~100 MB of records; 200 % halves the
-// collections. Measured (README, "Performance (`run`)"): on average 11 %
+// collections. Measured (README, "Go GC target"): on average 11 %
 // less CPU and 11 % more records/s for ~150 MB more RSS on the load
 // benchmark.
 // GOGC=100 restores Go's default; GOMEMLIMIT caps the heap either way.
