@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 const usage = `usage: ncclwatch <command> [flags] [args]
@@ -35,8 +36,32 @@ var version = "dev"
 
 func main() {
 	os.Exit(profiled(os.Getenv("NCCLWATCH_CPUPROFILE"), func() int {
-		return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		return traced(os.Getenv("NCCLWATCH_TRACE"), func() int {
+			return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		})
 	}))
+}
+
+// traced runs fn under a Go execution trace written to file when file is
+// set (go tool trace FILE): where a CPU profile shows what the process
+// computes, the trace shows when its goroutines wait, which is what limits
+// `ncclwatch run` when it uses less than the cores it has.
+func traced(file string, fn func() int) int {
+	if file == "" {
+		return fn()
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_TRACE:", err)
+		return exitUsage
+	}
+	defer f.Close()
+	if err := trace.Start(f); err != nil {
+		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_TRACE:", err)
+		return exitUsage
+	}
+	defer trace.Stop()
+	return fn()
 }
 
 // profiled runs fn under a CPU profile written to file when file is set:
