@@ -740,6 +740,9 @@ func (l *summaryLedger) Commit(_ context.Context, offs []pipeline.Offset) error 
 func cadenceRunner(t *testing.T, workers int, interval time.Duration, sink pipeline.Consumer, commit pipeline.Committer) (chan<- pipeline.Input, <-chan error) {
 	cfg := parseModeConfig(workers)
 	cfg.Batch.MaxWait = time.Second
+	// The cadence tests' partitions have a backlog: without backlog
+	// batches their timed flushes come every max_wait, which they count.
+	cfg.Batch.Backlog.MaxRows = 0
 	cfg.SummaryInterval = interval
 	dcfg := parsers.DefaultDecoderConfig()
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
@@ -932,4 +935,92 @@ func TestSummaryIntervalConfig(t *testing.T) {
 			t.Errorf("summary_interval %v: Validate() = %v; want the field's error", d, err)
 		}
 	}
+}
+
+// eventCalls records the events of each sink call.
+type eventCalls struct {
+	mu     sync.Mutex
+	events []int
+}
+
+func (s *eventCalls) Consume(_ context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, len(b.Events))
+	return nil
+}
+
+func (s *eventCalls) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprint(s.events)
+}
+
+// TestRunLoopBacklogBatches: while a partition is more than the backlog
+// threshold behind its high water mark, batches flush at
+// pipeline.batch.backlog's limits; read at its end, at the live ones; a
+// source without a high water mark keeps the live ones.
+func TestRunLoopBacklogBatches(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := parseModeConfig(workers)
+			cfg.Batch.MaxRows, cfg.Batch.MaxWait = 2, time.Second
+			cfg.Batch.Backlog = pipeline.BacklogLimits{MaxRows: 6, MaxBytes: cfg.Batch.MaxBytes, MaxWait: 4 * time.Second}
+			sink := &eventCalls{}
+			dcfg := parsers.DefaultDecoderConfig()
+			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+				NewDecoder:    func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+				Classifier:    parsers.NewLines(nil),
+				NewClassifier: func() pipeline.Classifier { return parsers.NewLines(nil) },
+				Candidate:     parsers.Prefilter(false), Sink: sink, Logger: zerolog.Nop()})
+			in := make(chan pipeline.Input, 8)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(t.Context(), in) }()
+			// Each record is one NCCL line: one event row.
+			off := int64(0)
+			send := func(n int, hwm func(off int64) int64) {
+				for range n {
+					cadenceSend(t, in, off, cadenceLine, hwm(off))
+					off++
+					synctest.Wait()
+				}
+			}
+			backlog := func(int64) int64 { return backlogHWM }
+			live := func(off int64) int64 { return off + 1 }
+			none := func(int64) int64 { return 0 }
+			send(12, backlog)
+			// A timed flush after the live max_wait stores nothing behind.
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			behind := sink.String()
+			send(4, live)
+			time.Sleep(5 * time.Second) // the live max_wait flushes the rest
+			synctest.Wait()
+			send(4, none)
+			cadenceStop(t, in, done)
+			got := sink.String()
+			// Behind, every batch holds more than the live max_rows (6
+			// events: the summaries are added at the flush); then at most
+			// that many. Without backlog batches: [2 2 2 2 2 2 2 2 2 2 0].
+			if behind == "[]" {
+				t.Fatalf("no batch stored behind; want batches of the backlog's max_rows (calls %s)", got)
+			}
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			var total int
+			nb := strings.Count(behind, " ") + 1
+			for i, n := range sink.events {
+				total += n
+				if i < nb && n <= cfg.Batch.MaxRows {
+					t.Errorf("batch %d behind holds %d events; want more than the live max_rows %d (calls %v)", i, n, cfg.Batch.MaxRows, sink.events)
+				}
+				if i >= nb && n > cfg.Batch.MaxRows {
+					t.Errorf("batch %d at the end or without a high water mark holds %d events; want at most the live max_rows %d (calls %v)", i, n, cfg.Batch.MaxRows, sink.events)
+				}
+			}
+			if total != 20 {
+				t.Errorf("stored %d events; want 20 (calls %v)", total, sink.events)
+			}
+		})
+	})
 }

@@ -457,13 +457,14 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 	if j.next > 0 {
 		from = int(j.recs[j.next-1].end)
 	}
+	now := r.deps.Now() // the run's records were fetched together: one clock read
 	for ; j.next < len(j.recs); j.next++ {
 		if r.suspended {
 			return nil // the rest at the revocation
 		}
 		pr := &j.recs[j.next]
 		m := &j.msgs[j.next]
-		k, err := r.admit(m)
+		k, err := r.admit(m, now)
 		if err != nil {
 			from = int(pr.end)
 			continue // draining: the record is not taken, as in message

@@ -528,3 +528,18 @@ func TestRunnerStoresTelemetry(t *testing.T) {
 		t.Error("no nccl-tests rows stored")
 	}
 }
+
+// TestRunnerConfigBacklogLimits: backlog limits below zero are refused;
+// each limit in force behind is at least its live one.
+func TestRunnerConfigBacklogLimits(t *testing.T) {
+	cfg := pipeline.DefaultRunnerConfig()
+	cfg.Batch.Backlog.MaxWait = -time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pipeline.batch.backlog") {
+		t.Errorf("Validate(backlog.max_wait -1s) = %v; want an error naming pipeline.batch.backlog", err)
+	}
+	cfg = pipeline.DefaultRunnerConfig()
+	cfg.Batch.MaxRows = 1000000 // above the backlog's default: allowed, the backlog's becomes as large
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate(max_rows 1000000) = %v; want nil", err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 )
 
@@ -128,6 +129,9 @@ func TestIntegrationChaos(t *testing.T) {
   batch:
     max_rows: 500
     max_wait: 100ms
+    # Backlog batches (the default's shape, at this test's scale): the
+    # kills and the rebalances land while batches change size too.
+    backlog: {max_rows: 2000, max_bytes: 33554432, max_wait: 300ms}
 `
 	done := func(e *itEnv) func() string {
 		return func() string {
@@ -235,6 +239,7 @@ func TestIntegrationChaos(t *testing.T) {
 	second.ClickHouse.Addr = []string{chAddr}
 	second.Pipeline.MaxRecordBytes = 65536
 	second.Pipeline.Batch.MaxRows = 500
+	second.Pipeline.Batch.Backlog = pipeline.BacklogLimits{MaxRows: 2000, MaxBytes: 32 << 20, MaxWait: 300 * time.Millisecond}
 	member := startService(t, "second-member", second)
 	signal(syscall.SIGSTOP)
 	stalled := time.Now()

@@ -221,6 +221,7 @@ func TestIntegrationCluster(t *testing.T) {
   batch:
     max_rows: 300
     max_wait: 100ms
+    backlog: {max_rows: 0} # batches of 300 behind too: the comm_summaries keys below count on it
 `
 	// Two instances in one group, each with every server in its list,
 	// starting with a different one (the driver takes the first that
