@@ -89,3 +89,44 @@ func TestGCPercentUnlessGOGCSet(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryLimit: run sets 85 % of the cgroup's memory limit as the Go
+// soft memory limit unless GOMEMLIMIT is set or there is no limit.
+func TestMemoryLimit(t *testing.T) {
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(name string) ([]byte, error) {
+			if v, ok := m[name]; ok {
+				return []byte(v), nil
+			}
+			return nil, os.ErrNotExist
+		}
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOMEMLIMIT" {
+				return v
+			}
+			return ""
+		}
+	}
+	const v2, v1 = "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+	for _, c := range []struct {
+		name  string
+		env   string
+		files map[string]string
+		want  int64
+		ok    bool
+	}{
+		{"v2 1 GiB", "", map[string]string{v2: "1073741824\n"}, 912680550, true},
+		{"v1 1 GiB", "", map[string]string{v1: "1073741824\n"}, 912680550, true},
+		{"v2 max", "", map[string]string{v2: "max\n", v1: "1073741824\n"}, 0, false},
+		{"v1 unlimited", "", map[string]string{v1: "9223372036854771712\n"}, 0, false},
+		{"no cgroup", "", nil, 0, false},
+		{"GOMEMLIMIT set", "512MiB", map[string]string{v2: "1073741824\n"}, 0, false},
+	} {
+		got, ok := memoryLimit(env(c.env), files(c.files))
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: memoryLimit = %d, %v; want %d, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -153,6 +155,10 @@ func runService(args []string, stderr io.Writer) int {
 	if pct, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(pct)
 	}
+	if limit, ok := memoryLimit(os.Getenv, os.ReadFile); ok {
+		debug.SetMemoryLimit(limit)
+		log.Info().Int64("bytes", limit).Msg("Go memory limit set to 85 % of the cgroup's (GOMEMLIMIT unset)")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, nil); err != nil {
@@ -181,6 +187,40 @@ func gcPercent(getenv func(string) string) (int, bool) {
 		return 0, false
 	}
 	return serviceGCPercent, true
+}
+
+// memoryLimitShare is the share of the container's memory limit that `run`
+// gives the Go heap's soft limit when GOMEMLIMIT is not set: with the GC
+// target of 200 % the heap may grow to three times what is live, and a
+// backlog's larger batches (pipeline.batch.backlog) hold more live, so in
+// a pod with a memory limit (deploy/kubernetes: 1 GiB) the runtime
+// collects harder near the limit instead of the kernel killing the
+// process there. 85 % leaves room for what is not heap (goroutine stacks,
+// the runtime's own, clickhouse-go's and kafka-go's buffers).
+const memoryLimitShare = 0.85
+
+// memoryLimit returns the soft memory limit to set for the service:
+// memoryLimitShare of the cgroup's memory limit (v2 memory.max, else v1
+// memory.limit_in_bytes), unless GOMEMLIMIT chooses one or there is no
+// limit.
+func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error)) (int64, bool) {
+	if getenv("GOMEMLIMIT") != "" {
+		return 0, false
+	}
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := readFile(f)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		// "max" (v2) or a huge number (v1: no limit, a page-rounded
+		// MaxInt64) leave the runtime's default.
+		if err != nil || n <= 0 || n >= 1<<60 {
+			return 0, false
+		}
+		return int64(float64(n) * memoryLimitShare), true
+	}
+	return 0, false
 }
 
 // serveHooks lets the demo and tests watch the service.
