@@ -54,6 +54,9 @@ type Processor struct {
 	ev    Event
 	tl    TelemetryLine // the last record's telemetry, when telOK
 	telOK bool
+	// gave: the last record's line was an NCCL line, named a launcher
+	// host or was a telemetry line (what a Parser keeps of a record).
+	gave  bool
 	Stats ProcessorStats
 }
 
@@ -79,6 +82,7 @@ func (p *Processor) Record(rec *Record) {
 	p.Stats.Bytes += int64(len(rec.Text))
 	nccl, tel := p.cls.Line(rec.Text, &p.ev, &p.tl)
 	p.telOK = tel
+	p.gave = nccl || tel || len(p.ev.LauncherHost) > 0
 	if !p.took(rec, nccl) {
 		return
 	}

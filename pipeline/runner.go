@@ -300,9 +300,9 @@ type RunnerDeps struct {
 
 	// Observe fills the batch's observations for the rules stage:
 	// Batch.Nodes, Batch.Telemetry (jobs whose lines changed and that have
-	// any) and Batch.Activity (a sample of each job's non-NCCL records, at
-	// most one per Kafka key every activitySample). Without it they are
-	// not computed.
+	// any) and Batch.Activity (a sample of each job's records that were
+	// skipped by the prefilter or gave nothing, at most one per Kafka key
+	// every activitySample). Without it they are not computed.
 	Observe bool
 	Now     func() time.Time
 }
@@ -354,7 +354,8 @@ type Runner struct {
 	maxRows, maxBytes int
 	maxWait           time.Duration
 	namer             JobNamer
-	curNow            time.Time // processing time of the record at hand: one clock read per record, not per line
+	curNow            time.Time // processing time of the record at hand: one clock read per run of records, not per line
+	gave              bool      // a line of the record at hand gave the processor something (Processor.gave)
 	// lastSummaries is when a batch last carried every dirty job's
 	// summaries; deferred says the batch being prepared does not, only
 	// those of the jobs in carried (the others stay dirty for the next
@@ -969,7 +970,11 @@ func (r *Runner) message(ctx context.Context, m *Message, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	r.gave = false
 	out, lines, pending, derr := r.dec.record(m, k, r.linef)
+	if out == recordDecoded && derr == nil && !r.gave {
+		out = recordEmpty
+	}
 	r.settleRecord(m, k, out, lines, pending, derr)
 	return r.admitted(ctx)
 }
@@ -1013,7 +1018,7 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 
 // settleRecord does what is left of a record after its lines were
 // applied: the dead letters, the activity sample of a record that was not
-// decoded, the partition's partial line.
+// decoded or gave nothing, the partition's partial line.
 func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines int32, pending bool, err error) {
 	switch out {
 	case recordOversized:
@@ -1023,6 +1028,9 @@ func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines in
 			r.activity(m)
 		}
 	default:
+		if out == recordEmpty && r.deps.Observe {
+			r.activity(m)
+		}
 		if pending {
 			if _, held := r.pending[k]; !held {
 				r.pending[k] = m.Offset
@@ -1130,7 +1138,7 @@ const maxSampled = 100000
 // decodes with a decoder of its own: a sample must not disturb a partial
 // line of the partition.
 func (r *Runner) activity(m *Message) {
-	now := r.deps.Now()
+	now := r.curNow
 	if r.sampled == nil {
 		r.sampled = map[string]time.Time{}
 	}
@@ -1171,6 +1179,7 @@ var ErrOversized = errors.New("oversized: exceeds the size cap")
 // events and its telemetry.
 func (r *Runner) line(rec *Record) {
 	r.proc.Record(rec)
+	r.gave = r.gave || r.proc.gave
 	if tl, ok := r.proc.Telemetry(); ok {
 		r.fold(rec, tl)
 	}

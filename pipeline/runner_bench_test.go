@@ -41,7 +41,7 @@ func BenchmarkRunnerMixed(b *testing.B) {
 	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
 	r := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: lines,
-		Candidate: parsers.Prefilter(true), Sink: sink, Logger: zerolog.Nop(),
+		Sink: sink, Logger: zerolog.Nop(),
 	})
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -113,7 +113,7 @@ func BenchmarkRunLoop(b *testing.B) {
 			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 				NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
 				Classifier: newLines(), NewClassifier: newLines,
-				Candidate: parsers.Prefilter(true), Sink: sink, Logger: zerolog.Nop(),
+				Sink: sink, Logger: zerolog.Nop(),
 			})
 			now := time.Now()
 			// The runs are built before the clock starts: the source's

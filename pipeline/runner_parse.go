@@ -80,6 +80,11 @@ const (
 	// recordSkipped: not a prefilter candidate (and no partial line of
 	// its partition in progress): never decoded.
 	recordSkipped
+	// recordEmpty: decoded without error, but none of its lines was an
+	// NCCL message, a launcher host or a telemetry line: for the rules
+	// it is activity, as a skipped record is (without a prefilter, with
+	// telemetry on, this is what a skipped record becomes).
+	recordEmpty
 )
 
 // record reads m, a record of partition k: unless it is oversized or
@@ -244,7 +249,11 @@ func (w *parseWorker) parse(j *parseJob) {
 	}
 	for i := range j.msgs {
 		m := &j.msgs[i]
+		before := j.out.len()
 		out, lines, pending, err := w.dec.record(m, partKey{m.Topic, m.Partition}, w.tof)
+		if out == recordDecoded && err == nil && j.out.len() == before {
+			out = recordEmpty
+		}
 		j.recs = append(j.recs, parsedRecord{end: int32(j.out.len()), lines: lines, outcome: out, pending: pending, err: err})
 	}
 }

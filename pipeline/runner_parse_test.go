@@ -26,11 +26,23 @@ type dumpSink struct {
 	recordingSink
 	mu    sync.Mutex
 	dumps []string
+	// activity counts the batches' activity samples, which the dumps
+	// leave out when noActivity is set.
+	activity   int
+	noActivity bool
 }
 
 func (s *dumpSink) Consume(ctx context.Context, b *pipeline.Batch) error {
 	if err := s.recordingSink.Consume(ctx, b); err != nil {
 		return err
+	}
+	s.mu.Lock()
+	s.activity += len(b.Activity)
+	s.mu.Unlock()
+	if s.noActivity {
+		c := *b
+		c.Activity = nil
+		b = &c
 	}
 	out, err := yaml.Marshal(b)
 	if err != nil {
@@ -125,6 +137,15 @@ func parseWorkersInput(t *testing.T) map[pipeline.Partition][]pipeline.Message {
 // returns every stored batch and every commit.
 func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool) (batches []string, commits [][]pipeline.Offset) {
 	t.Helper()
+	batches, commits, _ = prefilterRun(t, input, workers, ended, parsers.Prefilter(true), false)
+	return batches, commits
+}
+
+// prefilterRun is parseWorkersRun with cand as the runner's record
+// prefilter (nil: none); with noActivity the batches are dumped without
+// their activity samples, whose number it returns.
+func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool, cand func([]byte) bool, noActivity bool) (batches []string, commits [][]pipeline.Offset, activity int) {
+	t.Helper()
 	cfg := pipeline.DefaultRunnerConfig()
 	cfg.ParseWorkers = workers
 	cfg.MaxRecordBytes = 4096
@@ -139,7 +160,7 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sink := &dumpSink{}
+	sink := &dumpSink{noActivity: noActivity}
 	commit := &recordingCommitter{}
 	reg := prometheus.NewRegistry()
 	m := pipeline.NewMetrics(reg)
@@ -150,7 +171,7 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	now := time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC)
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
-		Classifier: newLines(), NewClassifier: newLines, Candidate: parsers.Prefilter(true),
+		Classifier: newLines(), NewClassifier: newLines, Candidate: cand,
 		Sink: sink, Loader: sink, Committer: commit, Metrics: m, Logger: zerolog.Nop(), Observe: true,
 		Now: func() time.Time { return now }})
 
@@ -259,7 +280,37 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 	defer sink.mu.Unlock()
 	commit.mu.Lock()
 	defer commit.mu.Unlock()
-	return sink.dumps, commit.commits
+	return sink.dumps, commit.commits, sink.activity
+}
+
+// TestRunWithoutPrefilterSameRows: `run` with telemetry on passes every
+// record to the decoder (no record prefilter: cmd/ncclwatch's
+// recordPrefilter), and the line parser finds the same lines: every batch
+// and commit is the one with the prefilter, with either parse mode, but
+// for the activity samples (a record that gives nothing is sampled as a
+// skipped one was).
+func TestRunWithoutPrefilterSameRows(t *testing.T) {
+	input := parseWorkersInput(t)
+	for _, workers := range []int{1, 2} {
+		want, wantCommits, wantAct := prefilterRun(t, input, workers, false, parsers.Prefilter(true), true)
+		got, gotCommits, gotAct := prefilterRun(t, input, workers, false, nil, true)
+		if len(got) != len(want) {
+			t.Errorf("workers %d: %d batches without the prefilter, %d with it", workers, len(got), len(want))
+		}
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Errorf("workers %d: batch %d without the prefilter differs (+ only there, - only with it):\n%s", workers, i,
+					diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
+				break
+			}
+		}
+		if g, w := show(gotCommits), show(wantCommits); g != w {
+			t.Errorf("workers %d: commits\n%s\nwant\n%s", workers, g, w)
+		}
+		if wantAct == 0 || gotAct == 0 {
+			t.Errorf("workers %d: activity samples %d with the prefilter, %d without; want some in both", workers, wantAct, gotAct)
+		}
+	}
 }
 
 // TestRunParseWorkersSameAsInline: records parsed by parse workers give the
