@@ -283,6 +283,25 @@ func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message,
 	return sink.dumps, commit.commits, sink.activity
 }
 
+// sameRun reports where a run's batches and commits differ from the
+// reference run's.
+func sameRun(t *testing.T, name string, got, want []string, gotCommits, wantCommits [][]pipeline.Offset) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d batches; the reference run stored %d", name, len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Errorf("%s: batch %d differs from the reference run's (+ only here, - only there):\n%s", name, i,
+				diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
+			break
+		}
+	}
+	if g, w := show(gotCommits), show(wantCommits); g != w {
+		t.Errorf("%s: commits\n%s\nwant\n%s", name, g, w)
+	}
+}
+
 // TestRunWithoutPrefilterSameRows: `run` with telemetry on passes every
 // record to the decoder (no record prefilter: cmd/ncclwatch's
 // recordPrefilter), and the line parser finds the same lines: every batch
@@ -294,19 +313,7 @@ func TestRunWithoutPrefilterSameRows(t *testing.T) {
 	for _, workers := range []int{1, 2} {
 		want, wantCommits, wantAct := prefilterRun(t, input, workers, false, parsers.Prefilter(true), true)
 		got, gotCommits, gotAct := prefilterRun(t, input, workers, false, nil, true)
-		if len(got) != len(want) {
-			t.Errorf("workers %d: %d batches without the prefilter, %d with it", workers, len(got), len(want))
-		}
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Errorf("workers %d: batch %d without the prefilter differs (+ only there, - only with it):\n%s", workers, i,
-					diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
-				break
-			}
-		}
-		if g, w := show(gotCommits), show(wantCommits); g != w {
-			t.Errorf("workers %d: commits\n%s\nwant\n%s", workers, g, w)
-		}
+		sameRun(t, fmt.Sprintf("workers %d without the prefilter", workers), got, want, gotCommits, wantCommits)
 		if wantAct == 0 || gotAct == 0 {
 			t.Errorf("workers %d: activity samples %d with the prefilter, %d without; want some in both", workers, wantAct, gotAct)
 		}
@@ -348,19 +355,7 @@ func TestRunParseWorkersSameAsInline(t *testing.T) {
 			}
 			name := fmt.Sprintf("workers %d, generations ended %v", workers, ended)
 			got, gotCommits := parseWorkersRun(t, input, workers, ended)
-			if len(got) != len(want) {
-				t.Errorf("%s: %d batches; the inline run stored %d", name, len(got), len(want))
-			}
-			for i := range min(len(got), len(want)) {
-				if got[i] != want[i] {
-					t.Errorf("%s: batch %d differs from the inline run's (+ only here, - only there):\n%s", name, i,
-						diffLines(strings.Split(got[i], "\n"), strings.Split(want[i], "\n")))
-					break
-				}
-			}
-			if g, w := show(gotCommits), show(wantCommits); g != w {
-				t.Errorf("%s: commits\n%s\nwant\n%s", name, g, w)
-			}
+			sameRun(t, name, got, want, gotCommits, wantCommits)
 		}
 	}
 }

@@ -35,53 +35,37 @@ Run 'ncclwatch <command> -h' for a command's flags.
 var version = "dev"
 
 func main() {
-	os.Exit(profiled(os.Getenv("NCCLWATCH_CPUPROFILE"), func() int {
-		return traced(os.Getenv("NCCLWATCH_TRACE"), func() int {
+	// NCCLWATCH_CPUPROFILE=FILE: a CPU profile, as the load benchmark
+	// (cmd/ncclwatch-load --cpuprofile) takes of `ncclwatch run`, the
+	// process it measures. NCCLWATCH_TRACE=FILE: a Go execution trace (go
+	// tool trace FILE): where a profile shows what the process computes,
+	// the trace shows when its goroutines wait, which is what limits `run`
+	// when it uses less than the cores it has.
+	os.Exit(underFile("NCCLWATCH_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile, func() int {
+		return underFile("NCCLWATCH_TRACE", trace.Start, trace.Stop, func() int {
 			return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		})
 	}))
 }
 
-// traced runs fn under a Go execution trace written to file when file is
-// set (go tool trace FILE): where a CPU profile shows what the process
-// computes, the trace shows when its goroutines wait, which is what limits
-// `ncclwatch run` when it uses less than the cores it has.
-func traced(file string, fn func() int) int {
+// underFile runs fn between start and stop of a recorder writing to the
+// file the environment variable env names, or just fn when it is unset.
+func underFile(env string, start func(io.Writer) error, stop func(), fn func() int) int {
+	file := os.Getenv(env)
 	if file == "" {
 		return fn()
 	}
 	f, err := os.Create(file)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_TRACE:", err)
+		fmt.Fprintf(os.Stderr, "ncclwatch: %s: %v\n", env, err)
 		return exitUsage
 	}
 	defer f.Close()
-	if err := trace.Start(f); err != nil {
-		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_TRACE:", err)
+	if err := start(f); err != nil {
+		fmt.Fprintf(os.Stderr, "ncclwatch: %s: %v\n", env, err)
 		return exitUsage
 	}
-	defer trace.Stop()
-	return fn()
-}
-
-// profiled runs fn under a CPU profile written to file when file is set:
-// the load benchmark (cmd/ncclwatch-load --cpuprofile) profiles `ncclwatch
-// run` this way, as the process it measures.
-func profiled(file string, fn func() int) int {
-	if file == "" {
-		return fn()
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_CPUPROFILE:", err)
-		return exitUsage
-	}
-	defer f.Close()
-	if err := pprof.StartCPUProfile(f); err != nil {
-		fmt.Fprintln(os.Stderr, "ncclwatch: NCCLWATCH_CPUPROFILE:", err)
-		return exitUsage
-	}
-	defer pprof.StopCPUProfile()
+	defer stop()
 	return fn()
 }
 
