@@ -1211,7 +1211,7 @@ func (r *Runner) tap(job string, rec *Record, ev *Event) {
 	row := EventRow{Source: rec.Source, Time: rec.Time, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
 		Pod: m.Pod, Container: m.Container, Node: m.Node, Host: string(ev.Host), PID: string(ev.PID), Dev: ev.Dev,
 		Rank: rank, Kind: ev.Kind.String(), Warn: ev.IsWarn(), Line: string(rec.Text)}
-	r.batch.Events = append(r.batch.Events, row)
+	r.batch.Events = appendRow(r.batch.Events, row)
 	r.batch.Bytes += len(row.Line) + len(row.Job) + len(row.Pod) + 64
 	r.dirty[job] = true
 	r.touched[job] = r.curNow

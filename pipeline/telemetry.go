@@ -849,7 +849,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 				return
 			}
 			o.idx = len(out.Steps)
-			out.Steps = append(out.Steps, o.row)
+			out.Steps = appendRow(out.Steps, o.row)
 			out.Bytes += 160 + len(o.row.Job) + len(o.row.Pod)
 			return
 		}
@@ -863,7 +863,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 			pf.first = src.Offset
 		}
 	}
-	out.Steps = append(out.Steps, row)
+	out.Steps = appendRow(out.Steps, row)
 	out.Bytes += 160 + len(row.Job) + len(row.Pod)
 }
 
