@@ -78,7 +78,11 @@ type BatchConfig struct {
 	// each insert is a part of every table on the server (files, merges).
 	// A live stream, read within a fetch or two of its end, and sources
 	// that report no high water mark (files, stdin) keep the limits
-	// above. Each limit is at least its live one (a larger max_rows
+	// above. The limits are the runner's, not a partition's: while one
+	// partition is behind, the batches that carry the others' records
+	// grow too (a partition whose fetches keep failing counts as behind
+	// until the next rebalance; ncclwatch_batch_capacity_rows shows the
+	// limit in force). Each limit is at least its live one (a larger max_rows
 	// raises the backlog's too); MaxRows 0 turns backlog batches off.
 	Backlog BacklogLimits `yaml:"backlog"`
 }
@@ -96,9 +100,10 @@ func (c BatchConfig) limits(behind bool) (rows, bytes int, wait time.Duration) {
 // BacklogLimits are BatchConfig's limits while the source is behind.
 type BacklogLimits struct {
 	// MaxRows 120 000: on the load benchmark (deploy/local/load.sh, 3 M
-	// records, ~0.28 rows a record) 33 parts by inserts instead of 72,
-	// the server's CPU while consuming 3.0-3.4 s instead of 6.0 s, at
-	// ~700 MB RSS instead of ~480 (README, Performance).
+	// records, ~0.28 rows a record) 37-38 parts by inserts instead of
+	// 71-74, the server's CPU while consuming 2.2-3.5 s instead of
+	// 3.8-5.2 s, at 721-835 MB RSS instead of 402-476 (README,
+	// Performance).
 	MaxRows int `yaml:"max_rows"`
 	// MaxBytes 32 MiB: twice the live cap, with MaxRows the memory of a
 	// batch being read while the one before it is stored.
@@ -560,8 +565,8 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 		}()
 	}
 
-	// The tick paces the live MaxWait; a backlog's longer one is a
-	// multiple of it.
+	// The tick paces MaxWait (the backlog's too, at the tick's
+	// granularity).
 	tick := time.NewTicker(max(r.cfg.Batch.MaxWait/4, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -878,6 +883,7 @@ func (r *Runner) messages(ctx context.Context, ms []Message) error {
 		if err := r.message(ctx, &ms[i], now); err != nil && fatal(err) {
 			return err
 		}
+		now = r.later(now)
 	}
 	return nil
 }
@@ -1042,6 +1048,17 @@ func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines in
 			r.deadLetter(m, lines, DeadLetterReason(err), err.Error())
 		}
 	}
+}
+
+// later returns now, or the clock reading of a flush made since (the
+// flush read it after waiting for the batch in flight, which can take
+// seconds): a run's later records must not look older than they are, or a
+// partition could look quiet for fold_idle at the next tick.
+func (r *Runner) later(now time.Time) time.Time {
+	if r.last.After(now) {
+		return r.last
+	}
+	return now
 }
 
 // admitted ends a record: its coordinates count in the batch's bytes, and

@@ -81,9 +81,10 @@ const (
 	// its partition in progress): never decoded.
 	recordSkipped
 	// recordEmpty: decoded without error, but none of its lines was an
-	// NCCL message, a launcher host or a telemetry line: for the rules
-	// it is activity, as a skipped record is (without a prefilter, with
-	// telemetry on, this is what a skipped record becomes).
+	// NCCL message, a launcher host or a telemetry line (or it held only
+	// the first pieces of a partial line): for the rules it is activity,
+	// as a skipped record is (without a prefilter, with telemetry on,
+	// this is what a skipped record becomes).
 	recordEmpty
 )
 
@@ -485,6 +486,7 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 			j.next++
 			return err
 		}
+		now = r.later(now)
 	}
 	return nil
 }
