@@ -90,6 +90,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Keep, "keep", false, "keep the database at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of ncclwatch run's consume phase to this file")
 	fs.StringVar(&o.ServerPID, "clickhouse-pid", "", "pid of the ClickHouse server on this host: its CPU during the consume phases is reported")
+	fs.StringVar(&o.BrokerPID, "kafka-pid", "", "pid of the Kafka broker on this host: its CPU during the consume phases is reported")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: ncclwatch-load [flags]

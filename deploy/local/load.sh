@@ -11,7 +11,8 @@
 # `ncclwatch run` consume the same fresh topic, and the ratio is printed.
 # LOAD_FLAGS go to every run, e.g. `-- --jobs 128 --partitions 16 --config
 # tuned.yaml` (PEER=0 drops --peer); see `ncclwatch-load -h`. The report
-# has the local server's CPU when clickhouse.sh's pid file is there. Every
+# has the local server's and broker's CPU when clickhouse.sh's and
+# kafka.sh's pid files are there. Every
 # run uses a fresh topic and database (dropped at the end of the run; the
 # topic's data goes with `kafka.sh stop`).
 #
@@ -84,6 +85,9 @@ peer=()
 chpid_file="${TMPDIR:-/tmp}/ncclwatch-clickhouse-$CLICKHOUSE_PORT/clickhouse.pid"
 server=()
 [[ -r "$chpid_file" ]] && server=(--clickhouse-pid "$(cat "$chpid_file")")
+# The local broker's pid (kafka.sh's pid file): its CPU too.
+kpid_file="${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT/kafka.pid"
+[[ -r "$kpid_file" ]] && server+=(--kafka-pid "$(cat "$kpid_file")")
 
 log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 status=0

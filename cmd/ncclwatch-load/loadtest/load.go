@@ -58,6 +58,9 @@ type Options struct {
 	// host): its CPU during the peer's and ncclwatch's consume phases is
 	// reported.
 	ServerPID string
+	// BrokerPID, when set, is the pid of the Kafka broker (on this host):
+	// its CPU during the same phases is reported.
+	BrokerPID string
 	Timeout   time.Duration
 }
 
@@ -324,10 +327,13 @@ type Report struct {
 	server        string
 	produce       phase
 	peer          *peerResult
-	consume       phase       // ncclwatch run started → its group's lag 0
-	serverPeer    *serverCPU  // the ClickHouse server's CPU during the peer's phase
-	serverConsume *serverCPU  // … and during ncclwatch's consume phase
-	parts         partFigures // of ncclwatch's tables at lag 0
+	consume       phase          // ncclwatch run started → its group's lag 0
+	serverPeer    *serverCPU     // the ClickHouse server's CPU during the peer's phase
+	serverConsume *serverCPU     // … and during ncclwatch's consume phase
+	brokerPeer    *time.Duration // the Kafka broker's CPU during the peer's phase
+	brokerConsume *time.Duration // … and during ncclwatch's consume phase
+	boxConsume    *boxCPU        // this host's CPUs during ncclwatch's consume phase
+	parts         partFigures    // of ncclwatch's tables at lag 0
 	partsErr      error
 	firstCommit   time.Duration // ncclwatch run started → its first commit
 	latRecords    int64
@@ -381,6 +387,20 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, " while ncclwatch consumed: %s", r.serverConsume)
 		}
 		fmt.Fprintln(w)
+	}
+	if r.brokerPeer != nil || r.brokerConsume != nil {
+		fmt.Fprintf(w, "broker:   Kafka broker CPU (pid %s)", o.BrokerPID)
+		if r.brokerPeer != nil {
+			fmt.Fprintf(w, " while the peer consumed: %.1f s;", r.brokerPeer.Seconds())
+		}
+		if r.brokerConsume != nil {
+			fmt.Fprintf(w, " while ncclwatch consumed: %.1f s", r.brokerConsume.Seconds())
+		}
+		fmt.Fprintln(w)
+	}
+	if b := r.boxConsume; b != nil {
+		fmt.Fprintf(w, "box:      while ncclwatch consumed, this host's %d CPUs were %.0f %% busy (%.1f of %.1f CPU-s, /proc/stat)\n",
+			b.cpus, 100*b.busy.Seconds()/b.total.Seconds(), b.busy.Seconds(), b.total.Seconds())
 	}
 	if r.partsErr != nil {
 		fmt.Fprintf(w, "parts:    %v\n", r.partsErr)
@@ -452,16 +472,16 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	}
 
 	if o.Peer {
-		probe := startServerProbe(o.ServerPID)
+		probe, broker := startServerProbe(o.ServerPID), startProcProbe(o.BrokerPID)
 		if rep.peer, err = runPeer(ctx, o, ch, offs, end, rep.produce, stderr); err != nil {
 			return rep, fmt.Errorf("peer: %w", err)
 		}
-		rep.serverPeer = probe.stop()
+		rep.serverPeer, rep.brokerPeer = probe.stop(), broker.stop()
 	}
 
 	// ncclwatch run on the backlog, timed to its group's lag 0.
 	group := o.Topic
-	probe := startServerProbe(o.ServerPID)
+	probe, broker, box := startServerProbe(o.ServerPID), startProcProbe(o.BrokerPID), startBoxProbe()
 	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
 	if err != nil {
 		return rep, err
@@ -472,7 +492,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 		return rep, fmt.Errorf("ncclwatch run consuming the backlog: %w", err)
 	}
 	rep.consume = phase{records: rep.produce.records, bytes: rep.produce.bytes, wall: lag.done.Sub(svc.started), cpu: procCPU(svc.pid)}
-	rep.serverConsume = probe.stop()
+	rep.serverConsume, rep.brokerConsume, rep.boxConsume = probe.stop(), broker.stop(), box.stop()
 	rep.parts, rep.partsErr = countParts(ctx, ch, o.Database)
 	rep.firstCommit = lag.first.Sub(svc.started)
 	rep.maxRSSConsume = svc.mem.reset()

@@ -163,6 +163,20 @@ func TestIntegrationLoad(t *testing.T) {
 			}
 		}
 	}
+	// The test broker's pid likewise (deploy/local/kafka.sh's pid file).
+	broker := false
+	if _, port, err := net.SplitHostPort(o.Brokers[0]); err == nil {
+		dir := os.Getenv("TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "ncclwatch-kafka-"+port, "kafka.pid")); err == nil {
+			pid := strings.TrimSpace(string(b))
+			if _, _, ok := readCPU(pid); ok {
+				o.BrokerPID, broker = pid, true
+			}
+		}
+	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +200,17 @@ func TestIntegrationLoad(t *testing.T) {
 	// the summaries got one.
 	if rep.parts.inserted < 4 {
 		t.Errorf("parts written by inserts: %d; want at least 4\n%s", rep.parts.inserted, out.String())
+	}
+	if broker {
+		// The broker serves both consumers their 10 000 records: more than
+		// one 10 ms clock tick each.
+		if rep.brokerPeer == nil || rep.brokerConsume == nil || *rep.brokerConsume <= 0 ||
+			!strings.Contains(out.String(), "broker:   Kafka broker CPU (pid "+o.BrokerPID+")") {
+			t.Errorf("no broker CPU figures with the local broker's pid %s:\n%s", o.BrokerPID, out.String())
+		}
+	}
+	if b := rep.boxConsume; b == nil || b.cpus < 1 || b.busy <= 0 || b.busy > b.total || !strings.Contains(out.String(), "box:      while ncclwatch consumed") {
+		t.Errorf("box CPU figures %+v; want this host's CPUs busy while ncclwatch consumed:\n%s", b, out.String())
 	}
 	if local {
 		if rep.serverPeer == nil || rep.serverConsume == nil || !strings.Contains(out.String(), "server:   ClickHouse server CPU (pid "+o.ServerPID+")") {
@@ -250,5 +275,13 @@ func TestSampleCPU(t *testing.T) {
 	}
 	if p := startServerProbe(""); p.stop() != nil {
 		t.Error("a probe without a pid gave a figure")
+	}
+	if p := startProcProbe(""); p.stop() != nil {
+		t.Error("a process probe without a pid gave a figure")
+	}
+	// The host's CPUs: this test spun one of them for 50 ms above.
+	b, ok := readBox()
+	if !ok || b.cpus < 1 || b.busy <= 0 || b.busy > b.total {
+		t.Errorf("readBox() = %+v, %v; want the host's CPUs with some busy time", b, ok)
 	}
 }

@@ -135,6 +135,101 @@ func (p *serverProbe) stop() *serverCPU {
 	return &c
 }
 
+// procProbe measures a process's CPU (user and system) over a phase.
+type procProbe struct {
+	pid   string
+	start time.Duration
+	ok    bool
+}
+
+func startProcProbe(pid string) *procProbe {
+	p := &procProbe{pid: pid}
+	if pid != "" {
+		u, s, ok := readCPU(pid)
+		p.start, p.ok = u+s, ok
+	}
+	return p
+}
+
+// stop returns the CPU since start, or nil when it could not be read.
+func (p *procProbe) stop() *time.Duration {
+	if !p.ok {
+		return nil
+	}
+	u, s, ok := readCPU(p.pid)
+	if !ok {
+		return nil
+	}
+	d := u + s - p.start
+	return &d
+}
+
+// boxCPU is this host's CPU time over a phase, every CPU together: busy
+// (all but idle and iowait) of total.
+type boxCPU struct {
+	cpus        int
+	busy, total time.Duration
+}
+
+// readBox reads /proc/stat's aggregate cpu line (clock ticks of 1/100 s)
+// and counts the per-CPU lines.
+func readBox() (b boxCPU, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return b, false
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		if f[0] != "cpu" {
+			b.cpus++
+			continue
+		}
+		for i, v := range f[1:] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return b, false
+			}
+			d := time.Duration(n) * 10 * time.Millisecond
+			b.total += d
+			if i != 3 && i != 4 { // idle, iowait
+				b.busy += d
+			}
+			if i == 7 { // user … steal; guest time is counted in user already
+				break
+			}
+		}
+	}
+	return b, b.total > 0
+}
+
+// boxProbe measures the host's CPUs over a phase.
+type boxProbe struct {
+	start boxCPU
+	ok    bool
+}
+
+func startBoxProbe() *boxProbe {
+	p := &boxProbe{}
+	p.start, p.ok = readBox()
+	return p
+}
+
+// stop returns the CPU time since start, or nil when it could not be read
+// or no tick passed.
+func (p *boxProbe) stop() *boxCPU {
+	if !p.ok {
+		return nil
+	}
+	end, ok := readBox()
+	if !ok || end.total <= p.start.total {
+		return nil
+	}
+	return &boxCPU{cpus: end.cpus, busy: end.busy - p.start.busy, total: end.total - p.start.total}
+}
+
 // partFigures are the data parts of ncclwatch's tables: written by inserts
 // (level 0) and by merges, active or merged away but not yet removed (18.16
 // removes them after old_parts_lifetime, 8 minutes). Each part is a
