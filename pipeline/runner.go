@@ -353,14 +353,12 @@ type Runner struct {
 	pending  map[partKey]int64    // offset of the first piece of a partition's partial line
 	parts    map[partKey]*partState
 	// behind counts the partitions read as a backlog (partState.
-	// backlogged); maxRows, maxBytes and maxWait are the batch limits in
-	// force (setLimits).
-	behind            int
-	maxRows, maxBytes int
-	maxWait           time.Duration
-	namer             JobNamer
-	curNow            time.Time // processing time of the record at hand: one clock read per run of records, not per line
-	gave              bool      // a line of the record at hand gave the processor something (Processor.gave)
+	// backlogged): the batch limits (BatchConfig.Backlog) and the summary
+	// cadence (SummaryInterval) follow it.
+	behind int
+	namer  JobNamer
+	curNow time.Time // processing time of the record at hand: one clock read per run of records, not per line
+	gave   bool      // a line of the record at hand gave the processor something (Processor.gave)
 	// lastSummaries is when a batch last carried every dirty job's
 	// summaries; deferred says the batch being prepared does not, only
 	// those of the jobs in carried (the others stay dirty for the next
@@ -465,7 +463,7 @@ func (r *Runner) reset() {
 	r.pending = map[partKey]int64{}
 	r.parts = map[partKey]*partState{}
 	r.behind = 0
-	r.setLimits()
+	r.showLimits()
 	r.jobs.Store(0)
 }
 
@@ -612,7 +610,7 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
 			// Likewise when the stream came to rest with summaries, and
 			// so commits, deferred (SummaryInterval).
-			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait && !r.releasable(now, true) && !r.owing(now) {
+			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) {
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -1016,7 +1014,7 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 			r.behind--
 		}
 		if r.behind == 0 || r.behind == 1 && is {
-			r.setLimits()
+			r.showLimits()
 		}
 	}
 	return k, nil
@@ -1081,15 +1079,22 @@ func (r *Runner) admitted(ctx context.Context) error {
 
 // full reports whether the open batch is due for a size flush.
 func (r *Runner) full() bool {
-	return r.batch.Len() >= r.maxRows || r.batch.Bytes >= r.maxBytes
+	rows, bytes, _ := r.cfg.Batch.limits(r.backlog())
+	return r.batch.Len() >= rows || r.batch.Bytes >= bytes
 }
 
-// setLimits puts the batch limits in force for the partitions behind now
-// (BatchConfig.Backlog).
-func (r *Runner) setLimits() {
-	r.maxRows, r.maxBytes, r.maxWait = r.cfg.Batch.limits(r.behind > 0)
+// maxWait is the flush interval in force (BatchConfig.Backlog).
+func (r *Runner) maxWait() time.Duration {
+	_, _, wait := r.cfg.Batch.limits(r.backlog())
+	return wait
+}
+
+// showLimits sets ncclwatch_batch_capacity_rows to the rows limit in
+// force; admit calls it when the backlog begins or ends.
+func (r *Runner) showLimits() {
 	if m := r.deps.Metrics; m != nil {
-		m.BatchCapacity.Set(float64(r.maxRows))
+		rows, _, _ := r.cfg.Batch.limits(r.backlog())
+		m.BatchCapacity.Set(float64(rows))
 	}
 }
 
@@ -1114,15 +1119,10 @@ func (p *partState) quiet(now time.Time, idle time.Duration) bool {
 // last when fetched.
 func (p *partState) atEnd() bool { return p.hwm > 0 && p.next >= p.hwm }
 
-// behind reports whether more than backlogRecords were after the last
-// record delivered when it was fetched, or the source gave no high water
-// mark.
-func (p *partState) behind() bool { return p.hwm <= 0 || p.hwm-p.next > backlogRecords }
-
 // backlogged reports whether the source gave a high water mark more than
 // backlogRecords past the last record delivered: the partition is read
-// as a backlog (BatchConfig.Backlog). A source without one (files, stdin)
-// never is.
+// as a backlog (BatchConfig.Backlog, SummaryInterval). A source without
+// one (files, stdin) never is.
 func (p *partState) backlogged() bool { return p.hwm > 0 && p.hwm-p.next > backlogRecords }
 
 // releasable reports whether a partition whose commit was held back is
@@ -1447,7 +1447,8 @@ func (r *Runner) atRest(now time.Time) bool {
 }
 
 // backlogRecords is how far behind its high water mark a partition must
-// be for the summaries to wait for SummaryInterval: a live stream, read
+// be for the batches to grow to BatchConfig.Backlog and the summaries to
+// wait for SummaryInterval: a live stream, read
 // as it comes (a fetch or two behind), stores them with every flush, so
 // record-to-verdict and record-to-commit latency stay those of a flush;
 // a backlog (a replay, a consumer catching up) saves the summary tables'
@@ -1455,15 +1456,9 @@ func (r *Runner) atRest(now time.Time) bool {
 const backlogRecords = 10000
 
 // backlog reports whether a partition of the generation is behind its
-// high water mark by more than backlogRecords.
-func (r *Runner) backlog() bool {
-	for _, ps := range r.parts {
-		if ps.behind() {
-			return true
-		}
-	}
-	return false
-}
+// high water mark by more than backlogRecords (Runner.behind, kept by
+// admit).
+func (r *Runner) backlog() bool { return r.behind > 0 }
 
 // owing reports whether the stream is at rest with summaries or commits
 // deferred: a flush stores them now.
