@@ -327,13 +327,13 @@ type Report struct {
 	server        string
 	produce       phase
 	peer          *peerResult
-	consume       phase          // ncclwatch run started → its group's lag 0
-	serverPeer    *serverCPU     // the ClickHouse server's CPU during the peer's phase
-	serverConsume *serverCPU     // … and during ncclwatch's consume phase
-	brokerPeer    *time.Duration // the Kafka broker's CPU during the peer's phase
-	brokerConsume *time.Duration // … and during ncclwatch's consume phase
-	boxConsume    *boxCPU        // this host's CPUs during ncclwatch's consume phase
-	parts         partFigures    // of ncclwatch's tables at lag 0
+	consume       phase       // ncclwatch run started → its group's lag 0
+	serverPeer    *serverCPU  // the ClickHouse server's CPU during the peer's phase
+	serverConsume *serverCPU  // … and during ncclwatch's consume phase
+	brokerPeer    *serverCPU  // the Kafka broker's CPU during the peer's phase
+	brokerConsume *serverCPU  // … and during ncclwatch's consume phase
+	boxConsume    *boxCPU     // this host's CPUs during ncclwatch's consume phase
+	parts         partFigures // of ncclwatch's tables at lag 0
 	partsErr      error
 	firstCommit   time.Duration // ncclwatch run started → its first commit
 	latRecords    int64
@@ -391,10 +391,10 @@ func (r *Report) Print(w io.Writer) {
 	if r.brokerPeer != nil || r.brokerConsume != nil {
 		fmt.Fprintf(w, "broker:   Kafka broker CPU (pid %s)", o.BrokerPID)
 		if r.brokerPeer != nil {
-			fmt.Fprintf(w, " while the peer consumed: %.1f s;", r.brokerPeer.Seconds())
+			fmt.Fprintf(w, " while the peer consumed: %.1f s;", (r.brokerPeer.user + r.brokerPeer.sys).Seconds())
 		}
 		if r.brokerConsume != nil {
-			fmt.Fprintf(w, " while ncclwatch consumed: %.1f s", r.brokerConsume.Seconds())
+			fmt.Fprintf(w, " while ncclwatch consumed: %.1f s", (r.brokerConsume.user + r.brokerConsume.sys).Seconds())
 		}
 		fmt.Fprintln(w)
 	}
@@ -472,7 +472,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	}
 
 	if o.Peer {
-		probe, broker := startServerProbe(o.ServerPID), startProcProbe(o.BrokerPID)
+		probe, broker := startServerProbe(o.ServerPID), startServerProbe(o.BrokerPID)
 		if rep.peer, err = runPeer(ctx, o, ch, offs, end, rep.produce, stderr); err != nil {
 			return rep, fmt.Errorf("peer: %w", err)
 		}
@@ -481,7 +481,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 
 	// ncclwatch run on the backlog, timed to its group's lag 0.
 	group := o.Topic
-	probe, broker, box := startServerProbe(o.ServerPID), startProcProbe(o.BrokerPID), startBoxProbe()
+	probe, broker, box := startServerProbe(o.ServerPID), startServerProbe(o.BrokerPID), startBoxProbe()
 	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
 	if err != nil {
 		return rep, err

@@ -204,7 +204,7 @@ func TestIntegrationLoad(t *testing.T) {
 	if broker {
 		// The broker serves both consumers their 10 000 records: more than
 		// one 10 ms clock tick each.
-		if rep.brokerPeer == nil || rep.brokerConsume == nil || *rep.brokerConsume <= 0 ||
+		if rep.brokerPeer == nil || rep.brokerConsume == nil || rep.brokerConsume.user+rep.brokerConsume.sys <= 0 ||
 			!strings.Contains(out.String(), "broker:   Kafka broker CPU (pid "+o.BrokerPID+")") {
 			t.Errorf("no broker CPU figures with the local broker's pid %s:\n%s", o.BrokerPID, out.String())
 		}
@@ -275,9 +275,6 @@ func TestSampleCPU(t *testing.T) {
 	}
 	if p := startServerProbe(""); p.stop() != nil {
 		t.Error("a probe without a pid gave a figure")
-	}
-	if p := startProcProbe(""); p.stop() != nil {
-		t.Error("a process probe without a pid gave a figure")
 	}
 	// The host's CPUs: this test spun one of them for 50 ms above.
 	b, ok := readBox()

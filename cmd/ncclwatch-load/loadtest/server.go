@@ -109,7 +109,8 @@ func (c serverCPU) String() string {
 		(c.user + c.sys).Seconds(), c.user.Seconds(), c.sys.Seconds(), c.inserts.Seconds(), c.merge.Seconds())
 }
 
-// serverProbe measures the server's CPU over a phase.
+// serverProbe measures a process's CPU over a phase: the ClickHouse
+// server's, with its insert and merge threads apart, or the broker's.
 type serverProbe struct {
 	pid   string
 	start cpuSample
@@ -133,35 +134,6 @@ func (p *serverProbe) stop() *serverCPU {
 	}
 	c := end.since(p.start)
 	return &c
-}
-
-// procProbe measures a process's CPU (user and system) over a phase.
-type procProbe struct {
-	pid   string
-	start time.Duration
-	ok    bool
-}
-
-func startProcProbe(pid string) *procProbe {
-	p := &procProbe{pid: pid}
-	if pid != "" {
-		u, s, ok := readCPU(pid)
-		p.start, p.ok = u+s, ok
-	}
-	return p
-}
-
-// stop returns the CPU since start, or nil when it could not be read.
-func (p *procProbe) stop() *time.Duration {
-	if !p.ok {
-		return nil
-	}
-	u, s, ok := readCPU(p.pid)
-	if !ok {
-		return nil
-	}
-	d := u + s - p.start
-	return &d
 }
 
 // boxCPU is this host's CPU time over a phase, every CPU together: busy
