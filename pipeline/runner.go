@@ -611,6 +611,7 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// Likewise when the stream came to rest with summaries, and
 			// so commits, deferred (SummaryInterval).
 			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) {
+				r.release(ctx)
 				continue
 			}
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -750,6 +751,11 @@ func (r *Runner) land(err error) error {
 		return err
 	}
 	r.commit(f.ctx, f.b.Offsets)
+	for _, o := range f.b.Offsets {
+		if ps := r.parts[partKey{o.Topic, o.Partition}]; ps != nil {
+			ps.committed, ps.stored, ps.staged = o.Next, ps.staged, 0
+		}
+	}
 	now := r.deps.Now()
 	for _, j := range f.evict {
 		// A job that got lines while its final summary was being stored
@@ -1107,6 +1113,14 @@ type partState struct {
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
+	// staged is where the commit of the batch being stored would have
+	// stopped but for an open fold window (its next offset, or a partial
+	// line's first piece); once that batch is stored it becomes stored.
+	staged int64
+	// stored: the records below it are stored, and an open fold window
+	// held their commit at committed; release commits them as soon as the
+	// window closes, without waiting for the next batch.
+	stored, committed int64
 }
 
 // quiet reports whether the partition was read to its end and got
@@ -1140,6 +1154,43 @@ func (r *Runner) releasable(now time.Time, fold bool) bool {
 		}
 	}
 	return false
+}
+
+// release commits, between batches, what an open fold window held back
+// at the last stored batch once that window has closed: the records of a
+// window wait for its end (FoldRecords offsets, a fraction of a second
+// of a busy partition), not for the end plus the next batch (MaxWait).
+// Only what that batch stored is committed (its next offset or a partial
+// line's first piece, partState.stored), never past a window still open
+// (Telemetry Hold), and nothing of a partition whose commit a deferred
+// batch owes (owed: its summaries wait for SummaryInterval).
+func (r *Runner) release(ctx context.Context) {
+	if r.genEnded() {
+		return
+	}
+	var offs []Offset
+	for k, ps := range r.parts {
+		if ps.stored <= ps.committed {
+			continue
+		}
+		if _, ok := r.owed[k]; ok {
+			continue
+		}
+		c := ps.stored
+		if h, ok := r.tel.Hold(k.topic, k.part, ps.next); ok && h < c {
+			c = h
+		}
+		if c <= ps.committed {
+			continue
+		}
+		ps.committed = c
+		offs = append(offs, Offset{Topic: k.topic, Partition: k.part, Next: c})
+	}
+	if len(offs) == 0 {
+		return
+	}
+	slices.SortFunc(offs, compareOffset)
+	r.commit(ctx, offs)
 }
 
 // activitySample is how often one job's non-NCCL records are decoded to
@@ -1377,12 +1428,12 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 		// Not past the first line of an open training_steps row: a replay
 		// from the commit must fold the same lines into it.
-		ps.foldHeld = false
+		ps.foldHeld, ps.staged, ps.stored = false, 0, 0
 		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
 			if ps.quiet(now, r.cfg.FoldIdle) {
 				r.tel.CloseFolds(k.topic, k.part)
 			} else if h < c {
-				c, ps.foldHeld = h, true
+				c, ps.foldHeld, ps.staged = h, true, c
 			}
 		}
 		ps.held = c < next
@@ -1410,10 +1461,14 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		}
 		clear(r.owed)
 	}
-	slices.SortFunc(r.batch.Offsets, func(x, y Offset) int {
-		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
-	})
+	slices.SortFunc(r.batch.Offsets, compareOffset)
 	return evict, true
+}
+
+// compareOffset orders offsets by topic and partition: the order of a
+// commit.
+func compareOffset(x, y Offset) int {
+	return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
 }
 
 // summaryJobs returns the dirty jobs whose summaries the batch being

@@ -413,20 +413,8 @@ func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
 	eachParseMode(t, func(t *testing.T, workers int) {
 		synctest.Test(t, func(t *testing.T) {
 			cfg := parseModeConfig(workers)
-			cfg.Batch.MaxWait = 4 * time.Second // ticks every second
 			cfg.FoldIdle = time.Second
-			commits := &recordingCommitter{}
-			dcfg := parsers.DefaultDecoderConfig()
-			r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-				NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
-				Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
-				NewClassifier: func() pipeline.Classifier {
-					return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-				},
-				Candidate: parsers.Prefilter(true), Sink: &recordingSink{}, Committer: commits, Logger: zerolog.Nop()})
-			in := make(chan pipeline.Input, 8)
-			done := make(chan error, 1)
-			go func() { done <- r.Run(t.Context(), in) }()
+			in, done, commits := foldLoop(t, cfg)
 			step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
 			vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
 				fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
@@ -440,17 +428,93 @@ func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
 			in <- pipeline.Input{Messages: ms}
 			time.Sleep(3 * time.Second) // fold_idle passed; the next timed flush is later
 			synctest.Wait()
-			commits.mu.Lock()
-			var got []int64
-			for _, c := range commits.commits {
-				got = append(got, c[len(c)-1].Next)
-			}
-			commits.mu.Unlock()
+			got := commits.lastNexts()
 			if !slices.Contains(got, 1) {
 				t.Errorf("commits %v: want one held at 1, the open row's first line", got)
 			}
 			if len(got) == 0 || got[len(got)-1] != int64(len(vals)) {
 				t.Errorf("commits %v 3 s after the records (fold_idle 1 s, max_wait 4 s): want the last at %d, the partition's end", got, len(vals))
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// foldLoop runs a runner with the telemetry parser over cfg, its batch
+// max_wait 4 s (a tick every second), in the current synctest bubble.
+func foldLoop(t *testing.T, cfg pipeline.RunnerConfig) (chan pipeline.Input, chan error, *recordingCommitter) {
+	t.Helper()
+	cfg.Batch.MaxWait = 4 * time.Second
+	commits := &recordingCommitter{}
+	dcfg := parsers.DefaultDecoderConfig()
+	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) },
+		Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
+		NewClassifier: func() pipeline.Classifier {
+			return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		},
+		Candidate: parsers.Prefilter(true), Sink: &recordingSink{}, Committer: commits, Logger: zerolog.Nop()})
+	in := make(chan pipeline.Input, 8)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(t.Context(), in) }()
+	return in, done, commits
+}
+
+// lastNexts is the next offset of each commit's last partition, in order.
+func (c *recordingCommitter) lastNexts() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var got []int64
+	for _, o := range c.commits {
+		got = append(got, o[len(o)-1].Next)
+	}
+	return got
+}
+
+// TestRunLoopReleasesClosedFoldWindow: records whose commit an open fold
+// window held back at a stored batch are committed at the first tick after
+// the window closed (the partition read past its end), not with the next
+// batch a whole max_wait later: record-to-commit latency of a busy
+// partition is a batch plus a window, not a batch plus a window plus a
+// batch. What the next batch has not stored yet stays uncommitted.
+func TestRunLoopReleasesClosedFoldWindow(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := parseModeConfig(workers)
+			cfg.Telemetry.FoldRecords = 10
+			in, done, commits := foldLoop(t, cfg)
+			step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+			// The partition is never at its end (high water mark 1000), so
+			// fold_idle never closes a window.
+			msg := func(off int, line, pod string) pipeline.Message {
+				return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
+					Time: time.Now(), HighWaterMark: 1000}
+			}
+			time.Sleep(500 * time.Millisecond)
+			in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "warming up", "j-0"), msg(1, step, "j-0"),
+				msg(2, step, "j-1"), msg(3, "noise", "j-0"), msg(4, "noise", "j-0")}}
+			time.Sleep(4 * time.Second) // the timed flush at 4 s stored offsets 0–4, committed to 1
+			synctest.Wait()
+			if got := commits.lastNexts(); !slices.Equal(got, []int64{1}) {
+				t.Fatalf("commits %v after the first batch; want [1], held at the open row's first line", got)
+			}
+			var ms []pipeline.Message
+			for off := 5; off < 12; off++ { // offsets 10 and 11 end window [0, 10)
+				ms = append(ms, msg(off, "noise", "j-0"))
+			}
+			in <- pipeline.Input{Messages: ms}
+			time.Sleep(1100 * time.Millisecond) // a tick, well before the next timed flush at 8 s
+			synctest.Wait()
+			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5}) {
+				t.Errorf("commits %v a tick after the window closed; want [1 5]: released to what the first batch stored, no further", got)
+			}
+			time.Sleep(3 * time.Second) // the timed flush at 8 s
+			synctest.Wait()
+			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5, 12}) {
+				t.Errorf("commits %v after the second batch; want [1 5 12]", got)
 			}
 			close(in)
 			if err := <-done; err != nil {

@@ -330,7 +330,9 @@ type TelemetryAssemblerConfig struct {
 	// it, so a row depends only on the records of its window, never on
 	// batch boundaries or crash points; offsets are not committed past the
 	// first line of a row whose window is still open, so a restart replays
-	// at most this many records of a partition. It also bounds how long
+	// at most this many records of a partition (once the window closes,
+	// what a stored batch held back is committed at the next tick of the
+	// run loop, Runner.release). It also bounds how long
 	// an nccl-tests run that is still open holds the commit at its first
 	// line (see Hold). 1024: the ranks of a job print a step within a few
 	// hundred records of one another even in a partition shared by many
