@@ -222,7 +222,39 @@ func TestTrainingStepsIdempotentReplay(t *testing.T) {
 // TestTrainingStepsCommitHeldUntilQuiet: offsets are not committed past
 // the first line of an open row; once the partition was read to its end
 // and stayed quiet for pipeline.fold_idle, a flush commits it to the end.
+// The silence is counted from when the partition's last record was made
+// (its Kafka timestamp): records made fold_idle before they were read (the
+// end of a backlog) are committed to the end by the first flush; records
+// stamped later than they were read count from when they were read.
 func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
+	idle := pipeline.DefaultRunnerConfig().FoldIdle
+	for _, tc := range []struct {
+		name string
+		age  time.Duration // how long before they were read the records were made
+		want []int64       // the last commit after the first flush, and after a second one fold_idle later
+	}{
+		{"live", 0, []int64{1, 4}},
+		{"backlog", idle, []int64{4, 4}},
+		{"stamped ahead", -time.Hour, []int64{1, 4}},
+		{"made just now", idle / 2, []int64{1, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, dump := quietRun(t, tc.age)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("last commit after each flush %v; want %v", got, tc.want)
+			}
+			if d := diffLines(dump, []string{"logs/0/000001/0 torchtitan step step 4 ranks 2 pod j-0 net \"\" tflops 314.71"}); d != "" {
+				t.Error(d)
+			}
+		})
+	}
+}
+
+// quietRun stores one partition's four records, a step row among them,
+// made age before they are read, with two flushes fold_idle apart, and
+// returns the last offset committed by each and the stored rows.
+func quietRun(t *testing.T, age time.Duration) ([]int64, []string) {
+	t.Helper()
 	tbl := &finalTables{}
 	commits := &recordingCommitter{}
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -236,35 +268,24 @@ func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
 	vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
 		fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
 	for i, v := range vals {
-		if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: now,
+		if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: now.Add(-age),
 			HighWaterMark: int64(len(vals))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	last := func() int64 {
-		t.Helper()
+	var got []int64
+	for range 2 {
+		if err := r.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		if len(commits.commits) == 0 {
 			t.Fatal("nothing committed")
 		}
 		c := commits.commits[len(commits.commits)-1]
-		return c[len(c)-1].Next
+		got = append(got, c[len(c)-1].Next)
+		now = now.Add(cfg.FoldIdle)
 	}
-	if err := r.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := last(); got != 1 {
-		t.Errorf("committed %d with the step row open; want 1, its first line", got)
-	}
-	now = now.Add(cfg.FoldIdle)
-	if err := r.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := last(); got != int64(len(vals)) {
-		t.Errorf("committed %d after the partition was quiet at its end for fold_idle; want %d", got, len(vals))
-	}
-	if d := diffLines(tbl.dump(), []string{"logs/0/000001/0 torchtitan step step 4 ranks 2 pod j-0 net \"\" tflops 314.71"}); d != "" {
-		t.Error(d)
-	}
+	return got, tbl.dump()
 }
 
 // diffLines returns the lines only in got (+) and only in want (-).

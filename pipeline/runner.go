@@ -150,7 +150,10 @@ type RunnerConfig struct {
 	// at the partition's end ends the step (a copy later still is counted
 	// once, in a row of its own); it is also the record-to-commit tail at
 	// the end of a burst. A partition still being read never closes a
-	// window early, however long it is.
+	// window early, however long it is. The silence counts from when the
+	// partition's last record was made (its Kafka timestamp) when that is
+	// earlier than when it was read: at the end of a backlog of records
+	// older than this, the window closes at once.
 	FoldIdle time.Duration `yaml:"fold_idle"`
 	// ParseWorkers is how many goroutines of Run decode and parse records
 	// (the prefilter, the envelope, the line parser) beside the loop,
@@ -1012,7 +1015,7 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 	}
 	r.curNow = now
 	was := ps.backlogged()
-	ps.next, ps.seen, ps.hwm = m.Offset+1, now, m.HighWaterMark
+	ps.next, ps.seen, ps.made, ps.hwm = m.Offset+1, now, m.Time, m.HighWaterMark
 	if is := ps.backlogged(); is != was {
 		if is {
 			r.behind++
@@ -1108,6 +1111,9 @@ func (r *Runner) showLimits() {
 type partState struct {
 	next int64     // offset after the last record delivered
 	seen time.Time // when it was delivered
+	// made is the last record's own time (Message.Time: its Kafka
+	// timestamp), zero when the source gave none.
+	made time.Time
 	hwm  int64     // its high water mark when fetched; 0 when the source gave none
 	held bool      // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
@@ -1124,9 +1130,20 @@ type partState struct {
 }
 
 // quiet reports whether the partition was read to its end and got
-// nothing for idle.
+// nothing for idle. Nothing was written to it after its last record
+// either (the fetch that gave that record reached the end), so the
+// silence began when that record was made, not when it was read: a
+// consumer reaching the end of a backlog of old records finds the
+// partition quiet at once, while a live stream (records read
+// milliseconds after they were made) waits idle as before. A record
+// stamped later than it was read (a producer's clock ahead of ours)
+// counts from when it was read.
 func (p *partState) quiet(now time.Time, idle time.Duration) bool {
-	return p.atEnd() && now.Sub(p.seen) >= idle
+	since := p.seen
+	if !p.made.IsZero() && p.made.Before(since) {
+		since = p.made
+	}
+	return p.atEnd() && now.Sub(since) >= idle
 }
 
 // atEnd reports whether the last record delivered was the partition's
