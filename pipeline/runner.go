@@ -1114,8 +1114,8 @@ type partState struct {
 	// made is the last record's own time (Message.Time: its Kafka
 	// timestamp), zero when the source gave none.
 	made time.Time
-	hwm  int64     // its high water mark when fetched; 0 when the source gave none
-	held bool      // the last commit stopped short of next
+	hwm  int64 // its high water mark when fetched; 0 when the source gave none
+	held bool  // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
