@@ -222,38 +222,47 @@ func TestTrainingStepsIdempotentReplay(t *testing.T) {
 // TestTrainingStepsCommitHeldUntilQuiet: offsets are not committed past
 // the first line of an open row; once the partition was read to its end
 // and stayed quiet for pipeline.fold_idle, a flush commits it to the end.
-// The silence is counted from when the partition's last record was made
-// (its Kafka timestamp): records made fold_idle before they were read (the
-// end of a backlog) are committed to the end by the first flush; records
-// stamped later than they were read count from when they were read.
+// At the end of a backlog (the partition was more than 10 000 records
+// behind) the silence counts from when the last record was made (its Kafka
+// timestamp): records made fold_idle before they were read are committed
+// to the end by the first flush. A live partition counts from when the
+// record was read, whatever its timestamp, and so does a record stamped
+// later than it was read.
 func TestTrainingStepsCommitHeldUntilQuiet(t *testing.T) {
 	idle := pipeline.DefaultRunnerConfig().FoldIdle
 	for _, tc := range []struct {
-		name string
-		age  time.Duration // how long before they were read the records were made
-		want []int64       // the last commit after the first flush, and after a second one fold_idle later
+		name    string
+		backlog bool          // a record far behind the high water mark comes first
+		more    bool          // a record comes after the partition was read to its end
+		age     time.Duration // how long before they were read the records were made
+		want    []int64       // the last commit after the first flush, and after a second one fold_idle later
 	}{
-		{"live", 0, []int64{1, 4}},
-		{"backlog", idle, []int64{4, 4}},
-		{"stamped ahead", -time.Hour, []int64{1, 4}},
-		{"made just now", idle / 2, []int64{1, 4}},
+		{"live", false, false, 0, []int64{20001, 20004}},
+		{"live, stamped in the past", false, false, idle, []int64{20001, 20004}},
+		{"end of a backlog", true, false, idle, []int64{20004, 20004}},
+		{"end of a backlog, made just now", true, false, idle / 2, []int64{20001, 20004}},
+		{"end of a backlog, stamped ahead", true, false, -time.Hour, []int64{20001, 20004}},
+		{"live after the end of a backlog", true, true, idle, []int64{20001, 20005}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, dump := quietRun(t, tc.age)
+			got, dump := quietRun(t, tc.backlog, tc.more, tc.age)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("last commit after each flush %v; want %v", got, tc.want)
 			}
-			if d := diffLines(dump, []string{"logs/0/000001/0 torchtitan step step 4 ranks 2 pod j-0 net \"\" tflops 314.71"}); d != "" {
+			if d := diffLines(dump, []string{"logs/0/020001/0 torchtitan step step 4 ranks 2 pod j-0 net \"\" tflops 314.71"}); d != "" {
 				t.Error(d)
 			}
 		})
 	}
 }
 
-// quietRun stores one partition's four records, a step row among them,
-// made age before they are read, with two flushes fold_idle apart, and
-// returns the last offset committed by each and the stored rows.
-func quietRun(t *testing.T, age time.Duration) ([]int64, []string) {
+// quietRun stores the last four records of one partition (offsets 20000
+// to 20003, a step row among them), made age before they are read, with
+// two flushes fold_idle apart, and returns the last offset committed by
+// each and the stored rows. With backlog a record at offset 0 comes first,
+// read with the partition 20 000 records behind; with more a record at
+// offset 20004 comes last, after the partition was read to its end.
+func quietRun(t *testing.T, backlog, more bool, age time.Duration) ([]int64, []string) {
 	t.Helper()
 	tbl := &finalTables{}
 	commits := &recordingCommitter{}
@@ -265,11 +274,24 @@ func quietRun(t *testing.T, age time.Duration) ([]int64, []string) {
 		Candidate: parsers.Prefilter(true),
 		Sink:      tbl, Committer: commits, Logger: zerolog.Nop(), Now: func() time.Time { return now }})
 	step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
-	vals := [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
-		fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")}
-	for i, v := range vals {
-		if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: int64(i), Value: v, Time: now.Add(-age),
-			HighWaterMark: int64(len(vals))}); err != nil {
+	const end = 20004
+	var msgs []pipeline.Message
+	if backlog {
+		msgs = append(msgs, pipeline.Message{Topic: "logs", Offset: 0, Value: fluentBit(t, "epoch 0", "j", "j-0", "n0")})
+	}
+	for i, v := range [][]byte{fluentBit(t, "warming up", "j", "j-0", "n0"), fluentBit(t, step, "j", "j-0", "n0"),
+		fluentBit(t, step, "j", "j-1", "n0"), fluentBit(t, "noise", "j", "j-0", "n0")} {
+		msgs = append(msgs, pipeline.Message{Topic: "logs", Offset: int64(20000 + i), Value: v})
+	}
+	for _, m := range msgs {
+		m.Time, m.HighWaterMark = now.Add(-age), end
+		if err := r.Message(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if more {
+		if err := r.Message(context.Background(), pipeline.Message{Topic: "logs", Offset: end, Time: now.Add(-age),
+			HighWaterMark: end + 1, Value: fluentBit(t, "noise", "j", "j-0", "n0")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -150,10 +150,10 @@ type RunnerConfig struct {
 	// at the partition's end ends the step (a copy later still is counted
 	// once, in a row of its own); it is also the record-to-commit tail at
 	// the end of a burst. A partition still being read never closes a
-	// window early, however long it is. The silence counts from when the
-	// partition's last record was made (its Kafka timestamp) when that is
-	// earlier than when it was read: at the end of a backlog of records
-	// older than this, the window closes at once.
+	// window early, however long it is. At the end of a backlog (a
+	// partition that was more than 10 000 records behind) the silence
+	// counts from when its last record was made (its Kafka timestamp):
+	// when that record is older than this, the window closes at once.
 	FoldIdle time.Duration `yaml:"fold_idle"`
 	// ParseWorkers is how many goroutines of Run decode and parse records
 	// (the prefilter, the envelope, the line parser) beside the loop,
@@ -1014,9 +1014,11 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 		r.parts[k] = ps
 	}
 	r.curNow = now
-	was := ps.backlogged()
+	was, live := ps.backlogged(), ps.atEnd()
 	ps.next, ps.seen, ps.made, ps.hwm = m.Offset+1, now, m.Time, m.HighWaterMark
-	if is := ps.backlogged(); is != was {
+	is := ps.backlogged()
+	ps.replay = is || ps.replay && !live
+	if is != was {
 		if is {
 			r.behind++
 		} else {
@@ -1114,8 +1116,11 @@ type partState struct {
 	// made is the last record's own time (Message.Time: its Kafka
 	// timestamp), zero when the source gave none.
 	made time.Time
-	hwm  int64 // its high water mark when fetched; 0 when the source gave none
-	held bool  // the last commit stopped short of next
+	// replay: the partition was read as a backlog (backlogged) and no
+	// record has come since it reached its end: what is read is old.
+	replay bool
+	hwm    int64 // its high water mark when fetched; 0 when the source gave none
+	held   bool  // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
@@ -1130,17 +1135,18 @@ type partState struct {
 }
 
 // quiet reports whether the partition was read to its end and got
-// nothing for idle. Nothing was written to it after its last record
-// either (the fetch that gave that record reached the end), so the
-// silence began when that record was made, not when it was read: a
-// consumer reaching the end of a backlog of old records finds the
-// partition quiet at once, while a live stream (records read
-// milliseconds after they were made) waits idle as before. A record
-// stamped later than it was read (a producer's clock ahead of ours)
-// counts from when it was read.
+// nothing for idle. At the end of a backlog (replay) nothing was written
+// to it after its last record either (the fetch that gave that record
+// reached the end), so the silence began when that record was made, not
+// when it was read: a consumer that catches up on old records finds the
+// partition quiet at once instead of idle later. A live partition (never
+// more than backlogRecords behind, or a record came after it reached its
+// end) counts from when its last record was read, as timestamps a
+// producer's clock or buffering put in the past must not end its steps
+// early; so does a record stamped later than it was read.
 func (p *partState) quiet(now time.Time, idle time.Duration) bool {
 	since := p.seen
-	if !p.made.IsZero() && p.made.Before(since) {
+	if p.replay && !p.made.IsZero() && p.made.Before(since) {
 		since = p.made
 	}
 	return p.atEnd() && now.Sub(since) >= idle
