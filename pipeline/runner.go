@@ -595,8 +595,14 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			if err := r.handle(ctx, x); err != nil {
 				return err
 			}
+			if err := r.atRestNow(ctx); err != nil {
+				return err
+			}
 		case <-r.headDone():
 			if err := r.applyHead(ctx); err != nil {
+				return err
+			}
+			if err := r.atRestNow(ctx); err != nil {
 				return err
 			}
 		case err := <-r.flightDone():
@@ -622,6 +628,25 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			}
 		}
 	}
+}
+
+// atRestNow flushes at once when the records just applied brought the
+// stream to rest (atRest) with records, summaries or commits to store:
+// the end of a backlog, whose partitions are quiet as soon as their last
+// record is read (partState.quiet), is stored and committed now rather
+// than at the next tick. A live stream is never at rest when a record was
+// just read.
+func (r *Runner) atRestNow(ctx context.Context) error {
+	if r.flying != nil || !r.atRest(r.curNow) {
+		return nil
+	}
+	if len(r.offsets) == 0 && len(r.dirty) == 0 && len(r.owed) == 0 && !r.releasable(r.curNow, true) {
+		return nil
+	}
+	if err := r.flushNow(ctx); err != nil && fatal(err) {
+		return err
+	}
+	return nil
 }
 
 // flushCtx is the context of a size or timer flush: it ends with ctx or

@@ -524,6 +524,49 @@ func TestRunLoopReleasesClosedFoldWindow(t *testing.T) {
 	})
 }
 
+// TestRunLoopEndOfBacklogAtOnce: a partition read as a backlog whose last
+// records were made long before they were read is quiet as soon as it is
+// read to its end, and the loop stores and commits it then, without
+// waiting for fold_idle or a tick (the end of a backlog is its time to
+// lag 0). Records made just now wait: their open fold window holds the
+// commit.
+func TestRunLoopEndOfBacklogAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+		want int64 // the last commit at once, 0 for none
+	}{{"old records", time.Hour, 20004}, {"fresh records", 0, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachParseMode(t, func(t *testing.T, workers int) {
+				synctest.Test(t, func(t *testing.T) {
+					in, done, commits := foldLoop(t, parseModeConfig(workers))
+					step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+					made := time.Now().Add(-tc.age)
+					msg := func(off int, line, pod string) pipeline.Message {
+						return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
+							Time: made, HighWaterMark: 20004}
+					}
+					start := time.Now()
+					in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "epoch 0", "j-0"), msg(20000, "warming up", "j-0"),
+						msg(20001, step, "j-0"), msg(20002, step, "j-1"), msg(20003, "noise", "j-0")}}
+					synctest.Wait()
+					var last int64
+					if got := commits.lastNexts(); len(got) > 0 {
+						last = got[len(got)-1]
+					}
+					if last != tc.want {
+						t.Errorf("last commit %d %v after the backlog was read to its end; want %d", last, time.Since(start), tc.want)
+					}
+					close(in)
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+				})
+			})
+		})
+	}
+}
+
 // revokeSink holds its first call until the call's context ends (an insert
 // in progress when a rebalance ends the generation); every later call takes
 // a millisecond and then stores the batch, unless its context ended
