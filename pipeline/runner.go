@@ -410,6 +410,8 @@ type Runner struct {
 	flying *flight
 	held   *flight
 	spare  *Batch
+	// input is Run's input channel, nil outside Run (drained).
+	input <-chan Input
 
 	// Read by /readyz and the watchdog while the loop blocks in the sink.
 	failingSince atomic.Int64 // unix nanos of the first attempt of a batch not stored yet; 0 when none
@@ -543,9 +545,9 @@ func (r *Runner) Stopped() <-chan struct{} { return r.stopped }
 // has not been stored for SinkTimeout and sets ncclwatch_sink_healthy.
 func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 	defer close(r.stopped)
-	r.async = true
+	r.async, r.input = true, in
 	defer func() {
-		r.async = false
+		r.async, r.input = false, nil
 		r.abandon()
 	}()
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -607,6 +609,9 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			}
 		case err := <-r.flightDone():
 			if err := r.land(err); err != nil && fatal(err) {
+				return err
+			}
+			if err := r.atRestNow(ctx); err != nil {
 				return err
 			}
 		case <-tick.C:
@@ -1042,7 +1047,8 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 	was, live := ps.backlogged(), ps.atEnd()
 	ps.next, ps.seen, ps.made, ps.hwm = m.Offset+1, now, m.Time, m.HighWaterMark
 	is := ps.backlogged()
-	ps.replay = is || ps.replay && !live
+	ps.caughtUp = ps.caughtUp || live
+	ps.replay = !ps.caughtUp && (is || ps.replay)
 	if is != was {
 		if is {
 			r.behind++
@@ -1141,11 +1147,12 @@ type partState struct {
 	// made is the last record's own time (Message.Time: its Kafka
 	// timestamp), zero when the source gave none.
 	made time.Time
-	// replay: the partition was read as a backlog (backlogged) and no
-	// record has come since it reached its end: what is read is old.
-	replay bool
-	hwm    int64 // its high water mark when fetched; 0 when the source gave none
-	held   bool  // the last commit stopped short of next
+	// replay: since it was assigned, the partition has been read as a
+	// backlog (backlogged) and has not yet had a record after reaching
+	// its end (caughtUp): its first catch-up.
+	replay, caughtUp bool
+	hwm              int64 // its high water mark when fetched; 0 when the source gave none
+	held             bool  // the last commit stopped short of next
 	// foldHeld: the last commit stopped at the first line of an open
 	// training_steps fold window (not at a partial line).
 	foldHeld bool
@@ -1160,21 +1167,33 @@ type partState struct {
 }
 
 // quiet reports whether the partition was read to its end and got
-// nothing for idle. At the end of a backlog (replay) nothing was written
-// to it after its last record either (the fetch that gave that record
-// reached the end), so the silence began when that record was made, not
-// when it was read: a consumer that catches up on old records finds the
-// partition quiet at once instead of idle later. A live partition (never
-// more than backlogRecords behind, or a record came after it reached its
-// end) counts from when its last record was read, as timestamps a
-// producer's clock or buffering put in the past must not end its steps
-// early; so does a record stamped later than it was read.
-func (p *partState) quiet(now time.Time, idle time.Duration) bool {
+// nothing for idle. At the end of its first catch-up (replay), with
+// nothing read but not yet applied (drained), nothing was written to it
+// between its last record and the fetch that reached the end, nor was
+// anything fetched since, so the silence began when that record was
+// made, not when it was read: a consumer that catches up on old records
+// finds the partition quiet at once instead of idle later. Otherwise it
+// counts from when its last record was read: timestamps a producer's
+// clock or buffering put in the past must not end a live partition's
+// steps early, nor may a record made long ago while the next ones wait
+// in the loop's input; so does a record stamped later than it was read.
+func (p *partState) quiet(now time.Time, idle time.Duration, drained bool) bool {
 	since := p.seen
-	if p.replay && !p.made.IsZero() && p.made.Before(since) {
+	if p.replay && drained && !p.made.IsZero() && p.made.Before(since) {
 		since = p.made
 	}
 	return p.atEnd() && now.Sub(since) >= idle
+}
+
+// quiet is partState.quiet of ps with the runner's fold_idle and input.
+func (r *Runner) quiet(ps *partState, now time.Time) bool {
+	return ps.quiet(now, r.cfg.FoldIdle, r.drained())
+}
+
+// drained reports whether every record Run was given has been applied:
+// none waits in its input channel or with the parse workers.
+func (r *Runner) drained() bool {
+	return len(r.input) == 0 && (r.pool == nil || len(r.pool.queue) == 0)
 }
 
 // atEnd reports whether the last record delivered was the partition's
@@ -1197,7 +1216,7 @@ func (r *Runner) releasable(now time.Time, fold bool) bool {
 		if fold {
 			held = ps.foldHeld
 		}
-		if held && ps.quiet(now, r.cfg.FoldIdle) {
+		if held && r.quiet(ps, now) {
 			return true
 		}
 	}
@@ -1478,7 +1497,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		// from the commit must fold the same lines into it.
 		ps.foldHeld, ps.staged, ps.stored = false, 0, 0
 		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
-			if ps.quiet(now, r.cfg.FoldIdle) {
+			if r.quiet(ps, now) {
 				r.tel.CloseFolds(k.topic, k.part)
 			} else if h < c {
 				c, ps.foldHeld, ps.staged = h, true, c
@@ -1542,7 +1561,7 @@ func (r *Runner) summaryJobs(all bool) []string {
 // MaxWait.
 func (r *Runner) atRest(now time.Time) bool {
 	for _, ps := range r.parts {
-		if !ps.quiet(now, r.cfg.FoldIdle) {
+		if !r.quiet(ps, now) {
 			return false
 		}
 	}

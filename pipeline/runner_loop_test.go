@@ -447,6 +447,15 @@ func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
 // max_wait 4 s (a tick every second), in the current synctest bubble.
 func foldLoop(t *testing.T, cfg pipeline.RunnerConfig) (chan pipeline.Input, chan error, *recordingCommitter) {
 	t.Helper()
+	in := make(chan pipeline.Input, 8)
+	done, commits := foldLoopOn(t, cfg, in, &recordingSink{})
+	return in, done, commits
+}
+
+// foldLoopOn is foldLoop reading in (which may hold inputs already) and
+// storing into sink.
+func foldLoopOn(t *testing.T, cfg pipeline.RunnerConfig, in chan pipeline.Input, sink pipeline.Consumer) (chan error, *recordingCommitter) {
+	t.Helper()
 	cfg.Batch.MaxWait = 4 * time.Second
 	commits := &recordingCommitter{}
 	dcfg := parsers.DefaultDecoderConfig()
@@ -456,11 +465,132 @@ func foldLoop(t *testing.T, cfg pipeline.RunnerConfig) (chan pipeline.Input, cha
 		NewClassifier: func() pipeline.Classifier {
 			return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
 		},
-		Candidate: parsers.Prefilter(true), Sink: &recordingSink{}, Committer: commits, Logger: zerolog.Nop()})
-	in := make(chan pipeline.Input, 8)
+		Candidate: parsers.Prefilter(true), Sink: sink, Committer: commits, Logger: zerolog.Nop()})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(t.Context(), in) }()
-	return in, done, commits
+	return done, commits
+}
+
+// titanStep is a torchtitan progress line of step 4.
+const titanStep = "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+
+// oldMsg is a record of partition logs/0 of job j made an hour before it
+// is read, fetched with high water mark hwm.
+func oldMsg(t *testing.T, off, hwm int64, line, pod string) pipeline.Message {
+	return pipeline.Message{Topic: "logs", Offset: off, Value: fluentBit(t, line, "j", pod, "n0"),
+		Time: time.Now().Add(-time.Hour), HighWaterMark: hwm}
+}
+
+// lastCommit is the last offset committed, 0 when none.
+func lastCommit(c *recordingCommitter) int64 {
+	if got := c.lastNexts(); len(got) > 0 {
+		return got[len(got)-1]
+	}
+	return 0
+}
+
+// TestRunLoopPastStampedBurstsWait: only a partition's first catch-up
+// after its assignment is quiet by its records' timestamps. A later burst
+// of records stamped long ago (a producer clock behind ours, a shipper
+// delivering late), however far behind the high water mark it starts, is
+// quiet only fold_idle after it was read: no flush at once, no step row
+// ended early.
+func TestRunLoopPastStampedBurstsWait(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			in, done, commits := foldLoop(t, parseModeConfig(workers))
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 0, 20004, "epoch 0", "j-0"),
+				oldMsg(t, 20000, 20004, "warming up", "j-0"), oldMsg(t, 20001, 20004, titanStep, "j-0"),
+				oldMsg(t, 20002, 20004, titanStep, "j-1"), oldMsg(t, 20003, 20004, "noise", "j-0")}}
+			synctest.Wait()
+			if got := lastCommit(commits); got != 20004 {
+				t.Fatalf("last commit %d after the first catch-up; want 20004 at once", got)
+			}
+			time.Sleep(300 * time.Millisecond)
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 20004, 40004, "noise", "j-0"),
+				oldMsg(t, 40000, 40004, "warming up", "j-0"), oldMsg(t, 40001, 40004, titanStep, "j-0"),
+				oldMsg(t, 40002, 40004, titanStep, "j-1"), oldMsg(t, 40003, 40004, "noise", "j-0")}}
+			synctest.Wait()
+			if got := lastCommit(commits); got != 20004 {
+				t.Errorf("last commit %d right after a second burst stamped an hour ago; want 20004: its step row is open", got)
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// TestRunLoopEndOfBacklogWaitsForQueuedInput: the end of a catch-up is
+// not quiet while records read after it wait in the loop's input: the
+// other rank's copy of the step, written after the fetch that reached the
+// end, still folds into the step's row.
+func TestRunLoopEndOfBacklogWaitsForQueuedInput(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			in := make(chan pipeline.Input, 8)
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 0, 20004, "epoch 0", "j-0"),
+				oldMsg(t, 20000, 20004, "warming up", "j-0"), oldMsg(t, 20001, 20004, titanStep, "j-0"),
+				oldMsg(t, 20002, 20004, "noise", "j-0"), oldMsg(t, 20003, 20004, "noise", "j-0")}}
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 20004, 20005, titanStep, "j-1")}}
+			sink := &recordingSink{}
+			done, _ := foldLoopOn(t, parseModeConfig(workers), in, sink)
+			time.Sleep(10 * time.Second)
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			ranks := map[int64]int{}
+			sink.mu.Lock()
+			for _, st := range sink.steps {
+				ranks[st.Source.Offset] = st.Ranks
+			}
+			sink.mu.Unlock()
+			if want := map[int64]int{20001: 2}; !maps.Equal(ranks, want) {
+				t.Errorf("training_steps rows (offset: ranks) %v; want %v", ranks, want)
+			}
+		})
+	})
+}
+
+// TestRunLoopEndOfBacklogAfterFlight: a catch-up that ends while a batch
+// is being stored is stored and committed as soon as that batch lands,
+// not a max_wait after it was sent.
+func TestRunLoopEndOfBacklogAfterFlight(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			in := make(chan pipeline.Input, 8)
+			done, commits := foldLoopOn(t, parseModeConfig(workers), in, &slowSink{inner: &recordingSink{}, d: 2 * time.Second})
+			start := time.Now()
+			time.Sleep(500 * time.Millisecond)
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 0, 20004, "epoch 0", "j-0")}}
+			time.Sleep(4 * time.Second) // the timed flush at 4 s is being stored until 6 s
+			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 20000, 20004, "warming up", "j-0"),
+				oldMsg(t, 20001, 20004, titanStep, "j-0"), oldMsg(t, 20002, 20004, titanStep, "j-1"),
+				oldMsg(t, 20003, 20004, "noise", "j-0")}}
+			time.Sleep(4 * time.Second) // 8.5 s: the rest is sent at 6 s and lands at 8 s
+			synctest.Wait()
+			if got := lastCommit(commits); got != 20004 {
+				t.Errorf("last commit %d %v after the start; want 20004, stored right after the batch in flight", got, time.Since(start))
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// slowSink stores into inner after d.
+type slowSink struct {
+	inner *recordingSink
+	d     time.Duration
+}
+
+func (s *slowSink) Consume(ctx context.Context, b *pipeline.Batch) error {
+	time.Sleep(s.d)
+	return s.inner.Consume(ctx, b)
 }
 
 // lastNexts is the next offset of each commit's last partition, in order.

@@ -32,6 +32,7 @@ type recordingSink struct {
 	comms    []pipeline.CommSummary
 	dead     []pipeline.DeadLetter
 	offsets  [][]pipeline.Offset // offsets of each accepted batch
+	steps    []pipeline.TrainingStep
 }
 
 func (s *recordingSink) Consume(_ context.Context, b *pipeline.Batch) error {
@@ -45,6 +46,7 @@ func (s *recordingSink) Consume(_ context.Context, b *pipeline.Batch) error {
 	s.events = append(s.events, b.Events...)
 	s.jobs = append(s.jobs, b.Jobs...)
 	s.comms = append(s.comms, b.Comms...)
+	s.steps = append(s.steps, b.Steps...)
 	for _, d := range b.DeadLetters {
 		d.Raw = append([]byte(nil), d.Raw...)
 		s.dead = append(s.dead, d)
