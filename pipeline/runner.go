@@ -150,10 +150,11 @@ type RunnerConfig struct {
 	// at the partition's end ends the step (a copy later still is counted
 	// once, in a row of its own); it is also the record-to-commit tail at
 	// the end of a burst. A partition still being read never closes a
-	// window early, however long it is. At the end of a backlog (a
-	// partition that was more than 10 000 records behind) the silence
-	// counts from when its last record was made (its Kafka timestamp):
-	// when that record is older than this, the window closes at once.
+	// window early, however long it is. At the end of a partition's first
+	// catch-up after its assignment (it was more than 10 000 records
+	// behind), with nothing read waiting to be applied, the silence counts
+	// from when its last record was made (its Kafka timestamp): when that
+	// record is older than this, the window closes at once (partState.quiet).
 	FoldIdle time.Duration `yaml:"fold_idle"`
 	// ParseWorkers is how many goroutines of Run decode and parse records
 	// (the prefilter, the envelope, the line parser) beside the loop,
