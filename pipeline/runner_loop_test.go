@@ -654,6 +654,49 @@ func TestRunLoopReleasesClosedFoldWindow(t *testing.T) {
 	})
 }
 
+// TestRunLoopReleaseAfterRetriedBatch: while the batch that a fold window
+// held back is still being retried, nothing is released, even though the
+// window closed meanwhile; the release comes at the first tick after that
+// batch was stored.
+func TestRunLoopReleaseAfterRetriedBatch(t *testing.T) {
+	eachParseMode(t, func(t *testing.T, workers int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := parseModeConfig(workers)
+			cfg.Telemetry.FoldRecords = 10
+			in := make(chan pipeline.Input, 8)
+			sink := &recordingSink{failures: 2} // retried after 0.5 s and 1 s: stored at 5.5 s
+			done, commits := foldLoopOn(t, cfg, in, sink)
+			msg := func(off int, line, pod string) pipeline.Message {
+				return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
+					Time: time.Now(), HighWaterMark: 1000}
+			}
+			time.Sleep(500 * time.Millisecond)
+			in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "warming up", "j-0"), msg(1, titanStep, "j-0"),
+				msg(2, titanStep, "j-1"), msg(3, "noise", "j-0"), msg(4, "noise", "j-0")}}
+			time.Sleep(4 * time.Second) // 4.5 s: the timed flush at 4 s is being retried
+			var ms []pipeline.Message
+			for off := 5; off < 12; off++ { // offsets 10 and 11 end window [0, 10)
+				ms = append(ms, msg(off, "noise", "j-0"))
+			}
+			in <- pipeline.Input{Messages: ms}
+			time.Sleep(900 * time.Millisecond) // 5.4 s: two ticks since the window closed
+			synctest.Wait()
+			if got := commits.lastNexts(); len(got) != 0 {
+				t.Errorf("commits %v while the first batch was still being retried; want none", got)
+			}
+			time.Sleep(1200 * time.Millisecond) // 6.6 s: stored at 5.5 s, a tick since
+			synctest.Wait()
+			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5}) {
+				t.Errorf("commits %v a tick after the retried batch was stored; want [1 5]", got)
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
 // TestRunLoopEndOfBacklogAtOnce: a partition read as a backlog whose last
 // records were made long before they were read is quiet as soon as it is
 // read to its end, and the loop stores and commits it then, without
