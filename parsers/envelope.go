@@ -1412,7 +1412,7 @@ func parseEpoch(b []byte) (time.Time, bool) {
 	if n == 0 || n != len(b) {
 		return time.Time{}, false
 	}
-	if bytes.IndexAny(b, "eE") >= 0 {
+	if indexEither(b, 'e', 'E') >= 0 {
 		f, err := strconv.ParseFloat(string(b), 64)
 		if err != nil || f != f || f > 1e15 || f < -1e15 {
 			return time.Time{}, false
