@@ -24,6 +24,10 @@ type Assembler struct {
 	// since Pushed was last called, at most MaxJobs of them.
 	pushedComms []pipeline.CommSummary
 	pushedJobs  []pipeline.JobSummary
+	// The last "NET/IB : Using" device list read and its HCAs (nil before
+	// any): every rank of a job prints the same list.
+	hcaList string
+	hcas    []pipeline.HCA
 }
 
 // Factory is New as pipeline.RunnerDeps.NewAssembler takes it.
@@ -412,7 +416,7 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 	case pipeline.EventNetwork:
 		p.usingNet = pipeline.NormalizeNetwork(string(ev.Name))
 	case pipeline.EventIBDevices:
-		hcas := parseHCAs(string(ev.Value))
+		hcas := a.parsedHCAs(ev.Value)
 		if len(hcas) == 0 {
 			// "NET/IB : Using [RO]; OOB eth0…": IB found no device
 			// (NCCL then prints Failed to initialize NET plugin IB).
@@ -773,6 +777,16 @@ func (p *proc) addIface(iface, ip []byte) {
 	if _, ok := p.ifaceIP[string(iface)]; !ok && len(p.ifaceIP) < 16 {
 		p.ifaceIP[string(iface)] = string(ip)
 	}
+}
+
+// parsedHCAs is parseHCAs of list, parsed again only when it is not the
+// list last read. The slice returned is shared: read it, never change it.
+func (a *Assembler) parsedHCAs(list []byte) []pipeline.HCA {
+	if a.hcas == nil || a.hcaList != string(list) {
+		a.hcaList = string(list)
+		a.hcas = parseHCAs(a.hcaList)
+	}
+	return a.hcas
 }
 
 // parseHCAs reads the HCA list of "NET/IB : Using": "[0]mlx5_0:1/IB
