@@ -189,10 +189,7 @@ func TestRunLoopSinkHealth(t *testing.T) {
 			if !h.r.Ready() || testutil.ToFloat64(h.m.SinkHealthy) != 1 {
 				t.Errorf("after the sink healed: ready %v, gauge %v; want ready, 1", h.r.Ready(), testutil.ToFloat64(h.m.SinkHealthy))
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -435,10 +432,7 @@ func TestRunLoopCommitsWhenFoldQuiet(t *testing.T) {
 			if len(got) == 0 || got[len(got)-1] != int64(len(vals)) {
 				t.Errorf("commits %v 3 s after the records (fold_idle 1 s, max_wait 4 s): want the last at %d, the partition's end", got, len(vals))
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -474,11 +468,31 @@ func foldLoopOn(t *testing.T, cfg pipeline.RunnerConfig, in chan pipeline.Input,
 // titanStep is a torchtitan progress line of step 4.
 const titanStep = "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
 
-// oldMsg is a record of partition logs/0 of job j made an hour before it
-// is read, fetched with high water mark hwm.
-func oldMsg(t *testing.T, off, hwm int64, line, pod string) pipeline.Message {
+// agedMsg is a record of partition logs/0 of job j made age before it is
+// read, fetched with high water mark hwm.
+func agedMsg(t *testing.T, off, hwm int64, age time.Duration, line, pod string) pipeline.Message {
 	return pipeline.Message{Topic: "logs", Offset: off, Value: fluentBit(t, line, "j", pod, "n0"),
-		Time: time.Now().Add(-time.Hour), HighWaterMark: hwm}
+		Time: time.Now().Add(-age), HighWaterMark: hwm}
+}
+
+// oldMsg is agedMsg made an hour before it is read.
+func oldMsg(t *testing.T, off, hwm int64, line, pod string) pipeline.Message {
+	return agedMsg(t, off, hwm, time.Hour, line, pod)
+}
+
+// liveMsg is a record made as it is read, of a partition never read to
+// its end (high water mark 1000: fold_idle never closes a window).
+func liveMsg(t *testing.T, off int64, line, pod string) pipeline.Message {
+	return agedMsg(t, off, 1000, 0, line, pod)
+}
+
+// stopLoop ends the input of a loop and checks it stopped cleanly.
+func stopLoop(t *testing.T, in chan pipeline.Input, done chan error) {
+	t.Helper()
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // lastCommit is the last offset committed, 0 when none.
@@ -514,10 +528,7 @@ func TestRunLoopPastStampedBurstsWait(t *testing.T) {
 			if got := lastCommit(commits); got != 20004 {
 				t.Errorf("last commit %d right after a second burst stamped an hour ago; want 20004: its step row is open", got)
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -537,10 +548,7 @@ func TestRunLoopEndOfBacklogWaitsForQueuedInput(t *testing.T) {
 			sink := &recordingSink{}
 			done, _ := foldLoopOn(t, parseModeConfig(workers), in, sink)
 			time.Sleep(10 * time.Second)
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 			ranks := map[int64]int{}
 			sink.mu.Lock()
 			for _, st := range sink.steps {
@@ -574,10 +582,7 @@ func TestRunLoopEndOfBacklogAfterFlight(t *testing.T) {
 			if got := lastCommit(commits); got != 20004 {
 				t.Errorf("last commit %d %v after the start; want 20004, stored right after the batch in flight", got, time.Since(start))
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -604,6 +609,23 @@ func (c *recordingCommitter) lastNexts() []int64 {
 	return got
 }
 
+// foldFirst is a live partition's offsets 0–4 with a step row opened at
+// offset 1 (two ranks' copies) in fold window [0, 10) (fold_records 10).
+func foldFirst(t *testing.T) []pipeline.Message {
+	return []pipeline.Message{liveMsg(t, 0, "warming up", "j-0"), liveMsg(t, 1, titanStep, "j-0"),
+		liveMsg(t, 2, titanStep, "j-1"), liveMsg(t, 3, "noise", "j-0"), liveMsg(t, 4, "noise", "j-0")}
+}
+
+// foldClose is the same partition's offsets 5–11: 10 and 11 end window
+// [0, 10).
+func foldClose(t *testing.T) []pipeline.Message {
+	var ms []pipeline.Message
+	for off := int64(5); off < 12; off++ {
+		ms = append(ms, liveMsg(t, off, "noise", "j-0"))
+	}
+	return ms
+}
+
 // TestRunLoopReleasesClosedFoldWindow: records whose commit an open fold
 // window held back at a stored batch are committed at the first tick after
 // the window closed (the partition read past its end), not with the next
@@ -616,26 +638,14 @@ func TestRunLoopReleasesClosedFoldWindow(t *testing.T) {
 			cfg := parseModeConfig(workers)
 			cfg.Telemetry.FoldRecords = 10
 			in, done, commits := foldLoop(t, cfg)
-			step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
-			// The partition is never at its end (high water mark 1000), so
-			// fold_idle never closes a window.
-			msg := func(off int, line, pod string) pipeline.Message {
-				return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
-					Time: time.Now(), HighWaterMark: 1000}
-			}
 			time.Sleep(500 * time.Millisecond)
-			in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "warming up", "j-0"), msg(1, step, "j-0"),
-				msg(2, step, "j-1"), msg(3, "noise", "j-0"), msg(4, "noise", "j-0")}}
+			in <- pipeline.Input{Messages: foldFirst(t)}
 			time.Sleep(4 * time.Second) // the timed flush at 4 s stored offsets 0–4, committed to 1
 			synctest.Wait()
 			if got := commits.lastNexts(); !slices.Equal(got, []int64{1}) {
 				t.Fatalf("commits %v after the first batch; want [1], held at the open row's first line", got)
 			}
-			var ms []pipeline.Message
-			for off := 5; off < 12; off++ { // offsets 10 and 11 end window [0, 10)
-				ms = append(ms, msg(off, "noise", "j-0"))
-			}
-			in <- pipeline.Input{Messages: ms}
+			in <- pipeline.Input{Messages: foldClose(t)}
 			time.Sleep(1100 * time.Millisecond) // a tick, well before the next timed flush at 8 s
 			synctest.Wait()
 			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5}) {
@@ -646,10 +656,7 @@ func TestRunLoopReleasesClosedFoldWindow(t *testing.T) {
 			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5, 12}) {
 				t.Errorf("commits %v after the second batch; want [1 5 12]", got)
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -666,19 +673,10 @@ func TestRunLoopReleaseAfterRetriedBatch(t *testing.T) {
 			in := make(chan pipeline.Input, 8)
 			sink := &recordingSink{failures: 2} // retried after 0.5 s and 1 s: stored at 5.5 s
 			done, commits := foldLoopOn(t, cfg, in, sink)
-			msg := func(off int, line, pod string) pipeline.Message {
-				return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
-					Time: time.Now(), HighWaterMark: 1000}
-			}
 			time.Sleep(500 * time.Millisecond)
-			in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "warming up", "j-0"), msg(1, titanStep, "j-0"),
-				msg(2, titanStep, "j-1"), msg(3, "noise", "j-0"), msg(4, "noise", "j-0")}}
+			in <- pipeline.Input{Messages: foldFirst(t)}
 			time.Sleep(4 * time.Second) // 4.5 s: the timed flush at 4 s is being retried
-			var ms []pipeline.Message
-			for off := 5; off < 12; off++ { // offsets 10 and 11 end window [0, 10)
-				ms = append(ms, msg(off, "noise", "j-0"))
-			}
-			in <- pipeline.Input{Messages: ms}
+			in <- pipeline.Input{Messages: foldClose(t)}
 			time.Sleep(900 * time.Millisecond) // 5.4 s: two ticks since the window closed
 			synctest.Wait()
 			if got := commits.lastNexts(); len(got) != 0 {
@@ -689,10 +687,7 @@ func TestRunLoopReleaseAfterRetriedBatch(t *testing.T) {
 			if got := commits.lastNexts(); !slices.Equal(got, []int64{1, 5}) {
 				t.Errorf("commits %v a tick after the retried batch was stored; want [1 5]", got)
 			}
-			close(in)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopLoop(t, in, done)
 		})
 	})
 }
@@ -713,15 +708,10 @@ func TestRunLoopEndOfBacklogAtOnce(t *testing.T) {
 			eachParseMode(t, func(t *testing.T, workers int) {
 				synctest.Test(t, func(t *testing.T) {
 					in, done, commits := foldLoop(t, parseModeConfig(workers))
-					step := "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
-					made := time.Now().Add(-tc.age)
-					msg := func(off int, line, pod string) pipeline.Message {
-						return pipeline.Message{Topic: "logs", Offset: int64(off), Value: fluentBit(t, line, "j", pod, "n0"),
-							Time: made, HighWaterMark: 20004}
-					}
+					msg := func(off int64, line, pod string) pipeline.Message { return agedMsg(t, off, 20004, tc.age, line, pod) }
 					start := time.Now()
 					in <- pipeline.Input{Messages: []pipeline.Message{msg(0, "epoch 0", "j-0"), msg(20000, "warming up", "j-0"),
-						msg(20001, step, "j-0"), msg(20002, step, "j-1"), msg(20003, "noise", "j-0")}}
+						msg(20001, titanStep, "j-0"), msg(20002, titanStep, "j-1"), msg(20003, "noise", "j-0")}}
 					synctest.Wait()
 					var last int64
 					if got := commits.lastNexts(); len(got) > 0 {
@@ -730,10 +720,7 @@ func TestRunLoopEndOfBacklogAtOnce(t *testing.T) {
 					if last != tc.want {
 						t.Errorf("last commit %d %v after the backlog was read to its end; want %d", last, time.Since(start), tc.want)
 					}
-					close(in)
-					if err := <-done; err != nil {
-						t.Fatal(err)
-					}
+					stopLoop(t, in, done)
 				})
 			})
 		})
