@@ -480,6 +480,14 @@ func oldMsg(t *testing.T, off, hwm int64, line, pod string) pipeline.Message {
 	return agedMsg(t, off, hwm, time.Hour, line, pod)
 }
 
+// oldRun is records made an hour before they are read, fetched with high
+// water mark end: one at offset lead, then the partition's last four, a
+// step row of two ranks' copies among them.
+func oldRun(t *testing.T, lead, end int64) []pipeline.Message {
+	return []pipeline.Message{oldMsg(t, lead, end, "epoch 0", "j-0"), oldMsg(t, end-4, end, "warming up", "j-0"),
+		oldMsg(t, end-3, end, titanStep, "j-0"), oldMsg(t, end-2, end, titanStep, "j-1"), oldMsg(t, end-1, end, "noise", "j-0")}
+}
+
 // liveMsg is a record made as it is read, of a partition never read to
 // its end (high water mark 1000: fold_idle never closes a window).
 func liveMsg(t *testing.T, off int64, line, pod string) pipeline.Message {
@@ -513,17 +521,13 @@ func TestRunLoopPastStampedBurstsWait(t *testing.T) {
 	eachParseMode(t, func(t *testing.T, workers int) {
 		synctest.Test(t, func(t *testing.T) {
 			in, done, commits := foldLoop(t, parseModeConfig(workers))
-			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 0, 20004, "epoch 0", "j-0"),
-				oldMsg(t, 20000, 20004, "warming up", "j-0"), oldMsg(t, 20001, 20004, titanStep, "j-0"),
-				oldMsg(t, 20002, 20004, titanStep, "j-1"), oldMsg(t, 20003, 20004, "noise", "j-0")}}
+			in <- pipeline.Input{Messages: oldRun(t, 0, 20004)}
 			synctest.Wait()
 			if got := lastCommit(commits); got != 20004 {
 				t.Fatalf("last commit %d after the first catch-up; want 20004 at once", got)
 			}
 			time.Sleep(300 * time.Millisecond)
-			in <- pipeline.Input{Messages: []pipeline.Message{oldMsg(t, 20004, 40004, "noise", "j-0"),
-				oldMsg(t, 40000, 40004, "warming up", "j-0"), oldMsg(t, 40001, 40004, titanStep, "j-0"),
-				oldMsg(t, 40002, 40004, titanStep, "j-1"), oldMsg(t, 40003, 40004, "noise", "j-0")}}
+			in <- pipeline.Input{Messages: oldRun(t, 20004, 40004)}
 			synctest.Wait()
 			if got := lastCommit(commits); got != 20004 {
 				t.Errorf("last commit %d right after a second burst stamped an hour ago; want 20004: its step row is open", got)
