@@ -184,6 +184,13 @@ type Decoder struct {
 	// compared, not re-validated. nextValid is the slot to fill next.
 	valid     [validSlots][]byte
 	nextValid int
+	// validMeta is the metadata entry built from each valid slot's bytes,
+	// when that value was a "kubernetes" object (nil until looked up):
+	// a record whose object matched a slot needs no second comparison.
+	validMeta [validSlots]*metaEntry
+	// matched is 1 + the valid slot the last topValue container matched
+	// or filled, 0 when none.
+	matched int
 	// dayStart is midnight of the day dayKey (dateTime.dayKey) of the
 	// last record time.
 	dayKey   int
@@ -242,6 +249,9 @@ type jsonFields struct {
 	time, timestamp, date                       jsonTime
 	k8s                                         []byte // raw "kubernetes" object, nil when absent
 	notDocker                                   bool   // a key Docker's json-file never writes
+	// k8sSlot is 1 + the Decoder.valid slot holding the bytes of k8s, 0
+	// when none does.
+	k8sSlot int
 }
 
 // NewDecoder returns a Decoder for cfg. Call cfg.Validate first; a
@@ -579,7 +589,7 @@ func (d *Decoder) decodeJSON(data []byte, i int, emit func(*pipeline.Record)) er
 	stream := d.streamName(f.stream)
 	var meta *pipeline.Meta
 	if f.k8s != nil || f.cluster.ok || f.job.ok {
-		meta = d.lookupMeta(f.k8s, f.cluster, f.job)
+		meta = d.slotMeta(f.k8sSlot, f.k8s, f.cluster, f.job)
 	}
 	t := d.recordTime()
 	return d.deliver(text, complete, env, t, stream, meta, emit)
@@ -709,10 +719,12 @@ func (d *Decoder) scanTop(data []byte) error {
 // did: JSON is read left to right, so the same bytes parse the same way,
 // and the value's end does not depend on what follows it.
 func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
+	d.matched = 0
 	if i < len(data) && (data[i] == '{' || data[i] == '[') {
-		for _, v := range &d.valid {
+		for k, v := range &d.valid {
 			// Values of different pods differ within their first bytes.
 			if n := len(v); n > 0 && n <= len(data)-i && bytes.Equal(data[i:i+n], v) {
+				d.matched = k + 1
 				return i + n, false, nil
 			}
 		}
@@ -720,6 +732,8 @@ func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
 		if err == nil && end-i <= maxMetaKeyBytes {
 			k := d.nextValid
 			d.valid[k] = append(d.valid[k][:0], data[i:end]...)
+			d.validMeta[k] = nil
+			d.matched = k + 1
 			d.nextValid = (k + 1) % validSlots
 		}
 		return end, esc, err
@@ -793,12 +807,30 @@ func (d *Decoder) setField(key, val []byte, esc bool) {
 	case "_p", "logtag":
 		str(&f.partial)
 	case "kubernetes":
-		f.k8s = nil
+		f.k8s, f.k8sSlot = nil, 0
 		if val[0] == '{' {
-			f.k8s = val
+			f.k8s, f.k8sSlot = val, d.matched
 		}
 	}
 	f.notDocker = true
+}
+
+// slotMeta is lookupMeta of a record whose "kubernetes" object is the
+// bytes of valid slot slot-1 (0: none): the entry last built from that
+// slot serves without comparing the object again, when the top-level
+// cluster and job match too.
+func (d *Decoder) slotMeta(slot int, k8s []byte, cluster, job jsonString) *pipeline.Meta {
+	if slot == 0 {
+		return d.lookupMeta(k8s, cluster, job)
+	}
+	if e := d.validMeta[slot-1]; e != nil && bytes.Equal(e.cluster, cluster.raw) && bytes.Equal(e.job, job.raw) {
+		return e.meta
+	}
+	m := d.lookupMeta(k8s, cluster, job)
+	if e := d.recent[0]; e != nil && e.meta == m {
+		d.validMeta[slot-1] = e
+	}
+	return m
 }
 
 // lookupMeta returns the shared Meta for the given raw metadata, building

@@ -461,6 +461,29 @@ func TestDecodeMetaShared(t *testing.T) {
 	}
 }
 
+// TestDecodeMetaManyPods: records of more pods than the decoder keeps
+// valid objects for, round after round, each with the same object under
+// two top-level job names, always get the metadata of their own pod and
+// job (the valid slots are overwritten, and their metadata with them).
+func TestDecodeMetaManyPods(t *testing.T) {
+	d := NewDecoder(DefaultDecoderConfig())
+	var got *pipeline.Meta
+	collect := func(r *pipeline.Record) { got = r.Meta }
+	for round := range 3 {
+		for p := range 2*validSlots + 3 {
+			for _, job := range []string{"j2", "j1", "j2"} {
+				rec := fmt.Sprintf(`{"log":"x\n","job":%q,"kubernetes":{"pod_name":"pod-%d","namespace_name":"ns","labels":{"n":"%d"}}}`, job, p, p)
+				if err := d.Decode([]byte(rec), collect); err != nil {
+					t.Fatal(err)
+				}
+				if got == nil || got.Pod != fmt.Sprintf("pod-%d", p) || got.Job != job || got.Labels["n"] != fmt.Sprint(p) {
+					t.Fatalf("round %d, pod %d, job %s: Meta %+v", round, p, job, got)
+				}
+			}
+		}
+	}
+}
+
 func TestDecoderConfig(t *testing.T) {
 	if err := DefaultDecoderConfig().Validate(); err != nil {
 		t.Errorf("DefaultDecoderConfig().Validate() = %v", err)
