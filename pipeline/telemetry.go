@@ -161,15 +161,21 @@ type TelemetryLine struct {
 }
 
 // Reset clears l for reuse.
-func (l *TelemetryLine) Reset() {
+func (l *TelemetryLine) Reset() { *l = blankTelemetryLine }
+
+// blankTelemetryLine is a reset TelemetryLine: copying it is cheaper than
+// building the literal on every line (Reset runs for every line the line
+// parser reads with telemetry on).
+var blankTelemetryLine = func() TelemetryLine {
 	nan := math.NaN()
-	*l = TelemetryLine{Rank: -1, Step: -1, StepTime: nan, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan,
+	l := TelemetryLine{Rank: -1, Step: -1, StepTime: nan, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan,
 		TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan, MinBytes: -1, MaxBytes: -1, TestRank: -1, Dev: -1,
 		Avg: nan, NRanks: -1,
 		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
 			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
 	l.Checkpoint.Reset()
-}
+	return l
+}()
 
 // TrainingStep is one training-progress line of a job (Megatron-LM,
 // torchtitan, Hugging Face, Lightning, DeepSpeed, NeMo, Composer, generic
