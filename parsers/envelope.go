@@ -188,9 +188,6 @@ type Decoder struct {
 	// when that value was a "kubernetes" object (nil until looked up):
 	// a record whose object matched a slot needs no second comparison.
 	validMeta [validSlots]*metaEntry
-	// matched is 1 + the valid slot the last topValue container matched
-	// or filled, 0 when none.
-	matched int
 	// dayStart is midnight of the day dayKey (dateTime.dayKey) of the
 	// last record time.
 	dayKey   int
@@ -688,11 +685,11 @@ func (d *Decoder) scanTop(data []byte) error {
 			}
 			i = skipWS(data, i+1)
 			vs := i
-			ve, vesc, err := d.topValue(data, i)
+			ve, vesc, slot, err := d.topValue(data, i)
 			if err != nil {
 				return err
 			}
-			d.setField(key, data[vs:ve], vesc)
+			d.setField(key, data[vs:ve], vesc, slot)
 			i = skipWS(data, ve)
 			if i >= len(data) {
 				return malformed(ReasonJSONTruncated, "unterminated object", i)
@@ -717,15 +714,14 @@ func (d *Decoder) scanTop(data []byte) error {
 // topValue is skipValue for a member of the top-level object. A container
 // value whose bytes equal the last one found valid ends where that one
 // did: JSON is read left to right, so the same bytes parse the same way,
-// and the value's end does not depend on what follows it.
-func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
-	d.matched = 0
+// and the value's end does not depend on what follows it. slot is 1 + the
+// valid slot that holds a container value's bytes now, 0 when none does.
+func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, slot int, err error) {
 	if i < len(data) && (data[i] == '{' || data[i] == '[') {
 		for k, v := range &d.valid {
 			// Values of different pods differ within their first bytes.
 			if n := len(v); n > 0 && n <= len(data)-i && bytes.Equal(data[i:i+n], v) {
-				d.matched = k + 1
-				return i + n, false, nil
+				return i + n, false, k + 1, nil
 			}
 		}
 		end, esc, err = d.skipValue(data, i)
@@ -733,10 +729,10 @@ func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
 			k := d.nextValid
 			d.valid[k] = append(d.valid[k][:0], data[i:end]...)
 			d.validMeta[k] = nil
-			d.matched = k + 1
 			d.nextValid = (k + 1) % validSlots
+			slot = k + 1
 		}
-		return end, esc, err
+		return end, esc, slot, err
 	}
 	if i < len(data) {
 		// The scalars of skipValue, without its container stack.
@@ -744,18 +740,19 @@ func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
 		case c == '"':
 			e, sesc, ok := scanStringCtl(data, i, d.ctl)
 			if !ok {
-				return 0, false, badString(data, i)
+				return 0, false, 0, badString(data, i)
 			}
-			return e, sesc, nil
+			return e, sesc, 0, nil
 		case c == '-' || c >= '0' && c <= '9':
 			n := scanNumber(data[i:])
 			if n == 0 {
-				return 0, false, badNumber(data, i)
+				return 0, false, 0, badNumber(data, i)
 			}
-			return i + n, false, nil
+			return i + n, false, 0, nil
 		}
 	}
-	return d.skipValue(data, i)
+	end, esc, err = d.skipValue(data, i)
+	return end, esc, 0, err
 }
 
 // validSlots is how many valid values Decoder.topValue remembers: a Kafka
@@ -764,8 +761,8 @@ func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, err error) {
 const validSlots = 8
 
 // setField records one member of the top-level object; val is its raw
-// JSON value.
-func (d *Decoder) setField(key, val []byte, esc bool) {
+// JSON value, slot its valid slot (topValue).
+func (d *Decoder) setField(key, val []byte, esc bool, slot int) {
 	f := &d.f
 	str := func(s *jsonString) {
 		*s = jsonString{set: true}
@@ -809,7 +806,7 @@ func (d *Decoder) setField(key, val []byte, esc bool) {
 	case "kubernetes":
 		f.k8s, f.k8sSlot = nil, 0
 		if val[0] == '{' {
-			f.k8s, f.k8sSlot = val, d.matched
+			f.k8s, f.k8sSlot = val, slot
 		}
 	}
 	f.notDocker = true
