@@ -643,10 +643,8 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 // than at the next tick. A live stream is never at rest when a record was
 // just read.
 func (r *Runner) atRestNow(ctx context.Context) error {
-	if r.flying != nil || !r.atRest(r.curNow) {
-		return nil
-	}
-	if len(r.offsets) == 0 && len(r.dirty) == 0 && len(r.owed) == 0 && !r.releasable(r.curNow, true) {
+	now := r.curNow
+	if r.flying != nil || !r.owing(now) && !(r.atRest(now) && (len(r.offsets) > 0 || r.releasable(now, true))) {
 		return nil
 	}
 	if err := r.flushNow(ctx); err != nil && fatal(err) {
@@ -1154,8 +1152,11 @@ type partState struct {
 	replay, caughtUp bool
 	hwm              int64 // its high water mark when fetched; 0 when the source gave none
 	held             bool  // the last commit stopped short of next
-	// foldHeld: the last commit stopped at the first line of an open
-	// training_steps fold window (not at a partial line).
+	// foldHeld: the last stored batch's commit stopped at the first line
+	// of an open training_steps fold window (not at a partial line). It
+	// stays set when release commits past that line later, so that a
+	// partition gone quiet still has its last records flushed at fold_idle
+	// (releasable), not a max_wait after its last batch.
 	foldHeld bool
 	// staged is where the commit of the batch being stored would have
 	// stopped but for an open fold window (its next offset, or a partial
@@ -1230,8 +1231,9 @@ func (r *Runner) releasable(now time.Time, fold bool) bool {
 // of a busy partition), not for the end plus the next batch (MaxWait).
 // Only what that batch stored is committed (its next offset or a partial
 // line's first piece, partState.stored), never past a window still open
-// (Telemetry Hold), and nothing of a partition whose commit a deferred
-// batch owes (owed: its summaries wait for SummaryInterval).
+// (Telemetry Hold). A partition whose commit a deferred batch owes (owed:
+// its summaries wait for SummaryInterval) has nothing to release: that
+// batch's prepare cleared stored, and land sets it only with a commit.
 func (r *Runner) release(ctx context.Context) {
 	if r.genEnded() {
 		return
@@ -1239,9 +1241,6 @@ func (r *Runner) release(ctx context.Context) {
 	var offs []Offset
 	for k, ps := range r.parts {
 		if ps.stored <= ps.committed {
-			continue
-		}
-		if _, ok := r.owed[k]; ok {
 			continue
 		}
 		c := ps.stored
