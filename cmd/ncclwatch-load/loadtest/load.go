@@ -378,26 +378,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "consume:  ncclwatch run: %s (process start to group lag 0; first commit after %.2f s)\n",
 		r.consume, r.firstCommit.Seconds())
-	if r.serverPeer != nil || r.serverConsume != nil {
-		fmt.Fprintf(w, "server:   ClickHouse server CPU (pid %s)", o.ServerPID)
-		if r.serverPeer != nil {
-			fmt.Fprintf(w, " while the peer consumed: %s;", r.serverPeer)
-		}
-		if r.serverConsume != nil {
-			fmt.Fprintf(w, " while ncclwatch consumed: %s", r.serverConsume)
-		}
-		fmt.Fprintln(w)
-	}
-	if r.brokerPeer != nil || r.brokerConsume != nil {
-		fmt.Fprintf(w, "broker:   Kafka broker CPU (pid %s)", o.BrokerPID)
-		if r.brokerPeer != nil {
-			fmt.Fprintf(w, " while the peer consumed: %.1f s;", (r.brokerPeer.user + r.brokerPeer.sys).Seconds())
-		}
-		if r.brokerConsume != nil {
-			fmt.Fprintf(w, " while ncclwatch consumed: %.1f s", (r.brokerConsume.user + r.brokerConsume.sys).Seconds())
-		}
-		fmt.Fprintln(w)
-	}
+	printCPU(w, "server:   ClickHouse server CPU (pid "+o.ServerPID+")", r.serverPeer, r.serverConsume, (*serverCPU).String)
+	printCPU(w, "broker:   Kafka broker CPU (pid "+o.BrokerPID+")", r.brokerPeer, r.brokerConsume, func(c *serverCPU) string {
+		return fmt.Sprintf("%.1f s", (c.user + c.sys).Seconds())
+	})
 	if b := r.boxConsume; b != nil {
 		fmt.Fprintf(w, "box:      while ncclwatch consumed, this host's %d CPUs were %.0f %% busy (%.1f of %.1f CPU-s, /proc/stat)\n",
 			b.cpus, 100*b.busy.Seconds()/b.total.Seconds(), b.busy.Seconds(), b.total.Seconds())
@@ -422,6 +406,22 @@ func (r *Report) Print(w io.Writer) {
 }
 
 func mb(b int64) float64 { return float64(b) / 1e6 }
+
+// printCPU prints a process's CPU line: during the peer's and ncclwatch's
+// consume phases, each when measured, as show formats it.
+func printCPU(w io.Writer, head string, peer, consume *serverCPU, show func(*serverCPU) string) {
+	if peer == nil && consume == nil {
+		return
+	}
+	fmt.Fprint(w, head)
+	if peer != nil {
+		fmt.Fprintf(w, " while the peer consumed: %s;", show(peer))
+	}
+	if consume != nil {
+		fmt.Fprintf(w, " while ncclwatch consumed: %s", show(consume))
+	}
+	fmt.Fprintln(w)
+}
 
 // Run runs the benchmark: produce the backlog; optionally time the peer on
 // it; time `ncclwatch run` on it; then measure latency at an offered rate.
