@@ -643,8 +643,13 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 // than at the next tick. A live stream is never at rest when a record was
 // just read.
 func (r *Runner) atRestNow(ctx context.Context) error {
+	// At rest (one pass over the partitions), with something to store:
+	// records, summaries or commits owed (owing), or a fold hold.
 	now := r.curNow
-	if r.flying != nil || !r.owing(now) && !(r.atRest(now) && (len(r.offsets) > 0 || r.releasable(now, true))) {
+	if r.flying != nil || !r.atRest(now) {
+		return nil
+	}
+	if len(r.offsets) == 0 && len(r.dirty) == 0 && len(r.owed) == 0 && !r.releasable(now, true) {
 		return nil
 	}
 	if err := r.flushNow(ctx); err != nil && fatal(err) {
