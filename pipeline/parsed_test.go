@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -104,5 +105,67 @@ func TestAppendRowDoubles(t *testing.T) {
 	}
 	if grows > 12 {
 		t.Errorf("appendRow grew the slice %d times for 120 000 rows; want at most 12 (doubling)", grows)
+	}
+}
+
+// lineTable is a Classifier that gives each line the telemetry line its
+// text names (an index into lines), and no NCCL event.
+type lineTable struct{ lines []TelemetryLine }
+
+func (c lineTable) Line(text []byte, ev *Event, tl *TelemetryLine) (nccl, telemetry bool) {
+	*ev = Event{}
+	i := int(text[0] - '0')
+	if tl == nil || i >= len(c.lines) {
+		return false, false
+	}
+	*tl = c.lines[i]
+	return false, true
+}
+
+// TestParsedTrainingLines: a Parser keeps a step, amend or summary line by
+// its training fields alone (trainingLine); Apply hands on those fields
+// and blanks for the rest, in the lines' order, and every other kind whole.
+func TestParsedTrainingLines(t *testing.T) {
+	step := blankTelemetryLine
+	step.Kind, step.Framework, step.Rank = TelemetryStep, FrameworkMegatron, 3
+	step.TrainingFigures = TrainingFigures{Step: 7, StepTime: 1.5, TokensPerS: 2, SamplesPerS: 3, ItPerS: 4,
+		TFLOPs: 5, MFU: 6, Loss: 7, Runtime: 8}
+	amend, summary := step, step
+	amend.Kind, amend.Step, amend.Loss = TelemetryAmend, 8, 0.5
+	summary.Kind, summary.Framework, summary.Runtime = TelemetrySummary, FrameworkHF, 99
+	stray := step // a training line with fields its kind does not carry
+	stray.Host, stray.NRanks, stray.Row.Bytes = []byte("node-1"), 16, 1024
+	row := blankTelemetryLine
+	row.Kind, row.Host, row.Row.Bytes, row.Row.Type, row.Avg = TelemetryTestRow, []byte("node-2"), 8, []byte("float"), 3.5
+	c := lineTable{[]TelemetryLine{step, row, amend, summary, stray}}
+	strayWant := step
+	want := []TelemetryLine{step, row, amend, summary, strayWant, step}
+
+	p := NewParser(c, true)
+	var out Parsed
+	for i, text := range []string{"0", "1", "2", "3", "4", "0"} {
+		p.Parse(&Record{Text: []byte(text), Source: Source{Offset: int64(i)}}, &out)
+	}
+	if len(out.training) != 5 || len(out.tls) != 1 {
+		t.Fatalf("kept %d training and %d whole lines; want 5 and 1", len(out.training), len(out.tls))
+	}
+	proc := NewProcessor(nil, c, nil)
+	var got []TelemetryLine
+	var offs []int64
+	proc.Apply(&out, func(rec *Record, tl *TelemetryLine) {
+		got = append(got, *tl)
+		offs = append(offs, rec.Source.Offset)
+	})
+	if len(got) != len(want) {
+		t.Fatalf("Apply handed on %d lines; want %d", len(got), len(want))
+	}
+	for i := range want {
+		// %#v: NaN equals NaN, nil differs from empty.
+		if g, w := fmt.Sprintf("%#v", got[i]), fmt.Sprintf("%#v", want[i]); g != w {
+			t.Errorf("line %d: Apply handed on\n%s\nwant\n%s", i, g, w)
+		}
+		if offs[i] != int64(i) {
+			t.Errorf("line %d came with offset %d", i, offs[i])
+		}
 	}
 }

@@ -53,7 +53,10 @@ type Processor struct {
 	split MessageSplitter // nil: one message per line
 	ev    Event
 	tl    TelemetryLine // the last record's telemetry, when telOK
-	telOK bool
+	// training is the line Apply hands on for a training line a Parser
+	// kept (trainingLine): blank but for the fields such lines carry.
+	training TelemetryLine
+	telOK    bool
 	// gave: the last record's line was an NCCL line, named a launcher
 	// host or was a telemetry line (what a Parser keeps of a record).
 	gave  bool
@@ -64,7 +67,7 @@ type Processor struct {
 // then belongs to the job named "".
 func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc) *Processor {
 	split, _ := cls.(MessageSplitter)
-	return &Processor{asm: asm, cls: cls, job: job, split: split}
+	return &Processor{asm: asm, cls: cls, job: job, split: split, training: blankTelemetryLine}
 }
 
 // SetTap installs fn to see every NCCL event.
@@ -166,8 +169,26 @@ type Parsed struct {
 	records, bytes int64
 	msgs           []parsedMsg
 	evs            []Event         // msgs[i].ev indexes it
-	tls            []TelemetryLine // msgs[i].tl indexes it
+	tls            []TelemetryLine // msgs[i].tl indexes it, unless msgs[i].training
+	training       []trainingLine  // msgs[i].tl indexes it when msgs[i].training
 	arena          []byte          // the copied bytes
+}
+
+// trainingLine is a training-progress line (step, amend, summary) as a
+// Parsed keeps it: the fields those kinds carry (TelemetryLine), a quarter
+// of the whole line's bytes. A scan is mostly such lines, and copying the
+// whole line to the batch and back was a sixth of its CPU.
+type trainingLine struct {
+	kind      TelemetryKind
+	framework string
+	rank      int
+	figures   TrainingFigures
+}
+
+// isTraining says whether lines of kind k carry nothing but their
+// training figures besides Kind, Framework and Rank.
+func isTraining(k TelemetryKind) bool {
+	return k == TelemetryStep || k == TelemetryAmend || k == TelemetrySummary
 }
 
 // len returns the number of messages p holds; taken after a record was
@@ -177,20 +198,21 @@ func (p *Parsed) len() int { return len(p.msgs) }
 // Reset empties p for reuse, keeping its buffers: what it held before is
 // no longer valid.
 func (p *Parsed) Reset() {
-	*p = Parsed{msgs: p.msgs[:0], evs: p.evs[:0], tls: p.tls[:0], arena: p.arena[:0]}
+	*p = Parsed{msgs: p.msgs[:0], evs: p.evs[:0], tls: p.tls[:0], training: p.training[:0], arena: p.arena[:0]}
 }
 
 // parsedMsg is one message of a parsed record's line that Apply has
 // something to do with: its record (Text the message's text), whether it
 // is an NCCL message and its event (Parsed.evs[ev]); or, when tl >= 0, the
-// record's telemetry line (Parsed.tls[tl], after its messages, as Record's
-// caller reads it). Events and telemetry lines live in slices of their
+// record's telemetry line (Parsed.tls[tl], or Parsed.training[tl] when
+// training, after its messages, as Record's caller reads it). Events and telemetry lines live in slices of their
 // own: a message has one or the other, and copying both would double the
 // bytes moved per line.
 type parsedMsg struct {
-	rec    Record
-	nccl   bool
-	ev, tl int32
+	rec      Record
+	nccl     bool
+	training bool
+	ev, tl   int32
 }
 
 // Parser is the parsing half of Processor.Record, for another goroutine:
@@ -261,10 +283,15 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 	if tel {
 		// After the messages, as Record's caller reads it; the messages
 		// were read without telemetry (once per line), p.tl is the line's.
-		out.msgs = append(out.msgs, parsedMsg{rec: *rec, ev: -1, tl: int32(len(out.tls))})
+		if isTraining(p.tl.Kind) {
+			out.msgs = append(out.msgs, parsedMsg{rec: *rec, training: true, ev: -1, tl: int32(len(out.training))})
+			out.training = append(out.training, trainingLine{p.tl.Kind, p.tl.Framework, p.tl.Rank, p.tl.TrainingFigures})
+		} else {
+			out.msgs = append(out.msgs, parsedMsg{rec: *rec, ev: -1, tl: int32(len(out.tls))})
+			out.tls = append(out.tls, p.tl)
+			out.keepTelemetry(&out.tls[len(out.tls)-1])
+		}
 		out.msgs[len(out.msgs)-1].rec.Text = nil
-		out.tls = append(out.tls, p.tl)
-		out.keepTelemetry(&out.tls[len(out.tls)-1])
 	}
 }
 
@@ -302,7 +329,9 @@ func (p *Parser) add(out *Parsed, rec *Record, text []byte, nccl bool) {
 // the assembler and the tap get their NCCL events, in the records' place,
 // and tel (when not nil) each record's telemetry line after its events
 // (what Telemetry returns after Record). rec and tl are valid only during
-// the call. Telemetry reports false afterwards.
+// the call and tel must not change them. A training line (step, amend,
+// summary) carries its Kind, Framework, Rank and TrainingFigures; its other
+// fields are blank. Telemetry reports false afterwards.
 func (p *Processor) Apply(pr *Parsed, tel func(rec *Record, tl *TelemetryLine)) {
 	p.Stats.Records += pr.records
 	p.Stats.Bytes += pr.bytes
@@ -317,9 +346,17 @@ func (p *Processor) applyRange(pr *Parsed, from, to int, tel func(rec *Record, t
 	for i := from; i < to; i++ {
 		m := &pr.msgs[i]
 		if m.tl >= 0 {
-			if tel != nil {
-				tel(&m.rec, &pr.tls[m.tl])
+			if tel == nil {
+				continue
 			}
+			if !m.training {
+				tel(&m.rec, &pr.tls[m.tl])
+				continue
+			}
+			// The rest of p.training stays blank: nothing else writes it.
+			tr, tl := &pr.training[m.tl], &p.training
+			tl.Kind, tl.Framework, tl.Rank, tl.TrainingFigures = tr.kind, tr.framework, tr.rank, tr.figures
+			tel(&m.rec, tl)
 			continue
 		}
 		p.ev = pr.evs[m.ev]
@@ -428,6 +465,10 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 		out chan found
 	}
 	chunks := make(chan chunk, 1)
+	// spare holds the line lists of chunks the caller is done with, for
+	// the workers to fill again: a block's lists are ~0.3 MiB, made anew
+	// per block they were most of a scan's garbage.
+	spare := make(chan Chunk, cap(free)+workers)
 	order := make(chan job, cap(free))
 	work := make(chan job, cap(free))
 	type result struct {
@@ -461,14 +502,12 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 				step = newStep()
 			}
 			for j := range work {
-				spans, over := s.spans(f, j.c.region)
-				r := found{oversized: over}
-				r.c.Lines = make([][]byte, len(spans))
-				r.c.Offs = make([]int64, len(spans))
-				for i, sp := range spans {
-					r.c.Lines[i] = j.c.region[sp[0]:sp[1]]
-					r.c.Offs[i] = j.c.base + int64(sp[0])
+				var r found
+				select {
+				case r.c = <-spare:
+				default:
 				}
+				r.oversized = s.lines(f, j.c.region, j.c.base, &r.c)
 				if step != nil {
 					r.v = step(&r.c)
 				}
@@ -481,6 +520,10 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 		fn(&r.c, r.v)
 		s.Oversized += r.oversized
 		free <- j.c.buf
+		select {
+		case spare <- r.c:
+		default:
+		}
 	}
 	wg.Wait()
 	res := <-done
@@ -549,15 +592,17 @@ func (s *BlockScanner) produce(free chan []byte, work chan<- chunk) (oversized i
 	}
 }
 
-// spans finds the candidate lines of region: [start, end) pairs, and the
-// number of candidate lines over the cap (skipped).
-func (s *BlockScanner) spans(f Finder, region []byte) (out [][2]int, oversized int64) {
+// lines sets c to the candidate lines of region, which starts at stream
+// offset base (c's lists are reused), and returns the number of candidate
+// lines over the cap (skipped).
+func (s *BlockScanner) lines(f Finder, region []byte, base int64, c *Chunk) (oversized int64) {
+	c.Lines, c.Offs = c.Lines[:0], c.Offs[:0]
 	f.Reset(region)
 	pos := 0
 	for {
 		h := f.Next(pos)
 		if h < 0 {
-			return out, oversized
+			return oversized
 		}
 		start := bytes.LastIndexByte(region[:h], '\n') + 1
 		end := len(region)
@@ -567,11 +612,12 @@ func (s *BlockScanner) spans(f Finder, region []byte) (out [][2]int, oversized i
 		if end-start > s.max {
 			oversized++
 		} else {
-			out = append(out, [2]int{start, end})
+			c.Lines = append(c.Lines, region[start:end])
+			c.Offs = append(c.Offs, base+int64(start))
 		}
 		pos = end + 1
 		if pos >= len(region) {
-			return out, oversized
+			return oversized
 		}
 	}
 }

@@ -130,16 +130,10 @@ type TelemetryLine struct {
 	Framework string // one of the Framework constants, for step, amend and summary lines
 	Rank      int    // the launcher prefix's rank, or -1
 
-	// Training figures.
-	Step        int64   // step or iteration number
-	StepTime    float64 // seconds, converted from the unit printed
-	TokensPerS  float64 // as printed (torchtitan tps and Megatron tgs are per GPU)
-	SamplesPerS float64
-	ItPerS      float64 // progress-bar rate (Lightning); s/it is inverted
-	TFLOPs      float64 // per GPU, as printed
-	MFU         float64 // percent
-	Loss        float64
-	Runtime     float64 // seconds of training (summary lines)
+	// Training figures: all that step, amend and summary lines carry
+	// besides Kind, Framework and Rank (Parsed keeps those lines by these
+	// fields alone).
+	TrainingFigures
 
 	// nccl-tests figures.
 	Collective []byte // binary name, e.g. "all_reduce_perf"
@@ -160,6 +154,20 @@ type TelemetryLine struct {
 	Checkpoint CheckpointLine
 }
 
+// TrainingFigures are the figures of a training-progress line. Float
+// fields are NaN and Step is -1 where the line does not give them.
+type TrainingFigures struct {
+	Step        int64   // step or iteration number
+	StepTime    float64 // seconds, converted from the unit printed
+	TokensPerS  float64 // as printed (torchtitan tps and Megatron tgs are per GPU)
+	SamplesPerS float64
+	ItPerS      float64 // progress-bar rate (Lightning); s/it is inverted
+	TFLOPs      float64 // per GPU, as printed
+	MFU         float64 // percent
+	Loss        float64
+	Runtime     float64 // seconds of training (summary lines)
+}
+
 // Reset clears l for reuse.
 func (l *TelemetryLine) Reset() { *l = blankTelemetryLine }
 
@@ -168,8 +176,8 @@ func (l *TelemetryLine) Reset() { *l = blankTelemetryLine }
 // parser reads with telemetry on).
 var blankTelemetryLine = func() TelemetryLine {
 	nan := math.NaN()
-	l := TelemetryLine{Rank: -1, Step: -1, StepTime: nan, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan,
-		TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan, MinBytes: -1, MaxBytes: -1, TestRank: -1, Dev: -1,
+	l := TelemetryLine{Rank: -1, TrainingFigures: TrainingFigures{Step: -1, StepTime: nan, TokensPerS: nan,
+		SamplesPerS: nan, ItPerS: nan, TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan}, MinBytes: -1, MaxBytes: -1, TestRank: -1, Dev: -1,
 		Avg: nan, NRanks: -1,
 		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
 			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
