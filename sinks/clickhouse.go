@@ -12,9 +12,11 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -613,16 +615,31 @@ type columns struct {
 	n   int // rows
 	i   int // next column
 	err error
+	// scratch holds a slice per column type, reused from column to column
+	// and, through scratchPool, from insert to insert: the driver copies
+	// the values (the columns of a batch are one allocation per type, not
+	// per column; 8-10 % of the sink's CPU in BenchmarkClickHouseConsume).
+	scratch map[reflect.Type]any
 }
 
-func newColumns(d driver.Batch, rows int) *columns { return &columns{d: d, n: rows} }
+// scratchPool holds the scratch maps of finished inserts.
+var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
+
+func newColumns(d driver.Batch, rows int) *columns {
+	return &columns{d: d, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
+}
 
 // col appends the next column, v(j) being row j's value.
 func col[T any](c *columns, v func(j int) T) {
 	if c.err != nil {
 		return
 	}
-	vals := make([]T, c.n)
+	vals, _ := c.scratch[reflect.TypeFor[T]()].([]T)
+	if cap(vals) < c.n {
+		vals = make([]T, c.n)
+		c.scratch[reflect.TypeFor[T]()] = vals
+	}
+	vals = vals[:c.n]
 	for j := range vals {
 		vals[j] = v(j)
 	}
@@ -643,6 +660,10 @@ func sourceColumns(c *columns, src func(j int) *pipeline.Source) {
 // done returns the first error, or one when the columns appended are not
 // the batch's columns.
 func (c *columns) done() error {
+	if c.scratch != nil {
+		scratchPool.Put(c.scratch)
+		c.scratch = nil
+	}
 	if c.err != nil {
 		return c.err
 	}
