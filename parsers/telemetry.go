@@ -985,11 +985,11 @@ func parseLightning(b []byte, tl *pipeline.TelemetryLine) bool {
 	}
 	tl.Kind, tl.Framework, tl.Step, tl.ItPerS = pipeline.TelemetryStep, pipeline.FrameworkLightning, step, rate
 	if i := bytes.Index(b[k:], []byte("loss=")); i >= 0 {
-		tl.Loss, _ = parseNumber(trimAt(b[k+i+len("loss="):], ",]"))
+		tl.Loss, _ = parseNumber(trimAt(b[k+i+len("loss="):], ',', ']'))
 	}
 	// NeMo 1 bars carry the trainer's own step timing.
 	if i := bytes.Index(b[k:], []byte("train_step_timing in s=")); i >= 0 {
-		tl.StepTime, _ = parseNumber(trimAt(b[k+i+len("train_step_timing in s="):], ",]"))
+		tl.StepTime, _ = parseNumber(trimAt(b[k+i+len("train_step_timing in s="):], ',', ']'))
 	}
 	return true
 }
@@ -1013,8 +1013,10 @@ func lastCounter(b []byte) int64 {
 	return -1
 }
 
-func trimAt(b []byte, stops string) []byte {
-	if i := bytes.IndexAny(b, stops); i >= 0 {
+// trimAt returns b up to its first a or c, without surrounding blanks
+// (indexEither: bytes.IndexAny builds a byte set on every call).
+func trimAt(b []byte, a, c byte) []byte {
+	if i := indexEither(b, a, c); i >= 0 {
 		return bytes.TrimSpace(b[:i])
 	}
 	return bytes.TrimSpace(b)
@@ -1028,7 +1030,7 @@ func trimAt(b []byte, stops string) []byte {
 // 0/50 is epoch/step.
 func parseDeepSpeedTimer(b []byte, tl *pipeline.TelemetryLine) bool {
 	if i := bytes.Index(b, []byte("global_step=")); i >= 0 {
-		tl.Step, _ = atoi64(trimAt(b[i+len("global_step="):], ", "))
+		tl.Step, _ = atoi64(trimAt(b[i+len("global_step="):], ',', ' '))
 	} else {
 		// The epoch/step pair is the field before the first rate; the
 		// timestamp before it may hold a comma too ("08:26:26,101").
@@ -1047,11 +1049,11 @@ func parseDeepSpeedTimer(b []byte, tl *pipeline.TelemetryLine) bool {
 	}
 	v := math.NaN()
 	if i := bytes.Index(b, []byte("CurrSamplesPerSec=")); i >= 0 {
-		v, _ = parseNumber(trimAt(b[i+len("CurrSamplesPerSec="):], ", "))
+		v, _ = parseNumber(trimAt(b[i+len("CurrSamplesPerSec="):], ',', ' '))
 	} else if i := bytes.Index(b, []byte(" SamplesPerSec=")); i >= 0 {
-		v, _ = parseNumber(trimAt(b[i+len(" SamplesPerSec="):], ", "))
+		v, _ = parseNumber(trimAt(b[i+len(" SamplesPerSec="):], ',', ' '))
 	} else if i := bytes.Index(b, []byte("RunningAvgSamplesPerSec=")); i >= 0 {
-		v, _ = parseNumber(trimAt(b[i+len("RunningAvgSamplesPerSec="):], ", "))
+		v, _ = parseNumber(trimAt(b[i+len("RunningAvgSamplesPerSec="):], ',', ' '))
 	}
 	if math.IsNaN(v) || tl.Step < 0 {
 		return false
