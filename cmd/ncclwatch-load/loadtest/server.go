@@ -2,10 +2,13 @@ package loadtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -210,10 +213,23 @@ func (p *boxProbe) stop() *boxCPU {
 // data directory is readable here, 0 otherwise.
 type partFigures struct {
 	inserted, merged, files int
+	byTable                 map[string]int // parts written by inserts, per table
 }
 
 func (p partFigures) String() string {
-	s := fmt.Sprintf("%d parts written by inserts, %d by merges", p.inserted, p.merged)
+	s := fmt.Sprintf("%d parts written by inserts", p.inserted)
+	if len(p.byTable) > 0 {
+		tables := slices.Collect(maps.Keys(p.byTable))
+		slices.SortFunc(tables, func(a, b string) int {
+			return cmp.Or(cmp.Compare(p.byTable[b], p.byTable[a]), cmp.Compare(a, b))
+		})
+		var per []string
+		for _, t := range tables {
+			per = append(per, fmt.Sprintf("%s %d", t, p.byTable[t]))
+		}
+		s += " (" + strings.Join(per, ", ") + ")"
+	}
+	s += fmt.Sprintf(", %d by merges", p.merged)
 	if p.files > 0 {
 		s += fmt.Sprintf("; %d files in them", p.files)
 	}
@@ -224,8 +240,8 @@ func (p partFigures) String() string {
 func countParts(ctx context.Context, ch *sinks.ClickHouse, db string) (partFigures, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var p partFigures
-	rows, err := ch.Query(ctx, "SELECT level, path FROM system.parts WHERE database = ? "+
+	p := partFigures{byTable: map[string]int{}}
+	rows, err := ch.Query(ctx, "SELECT table, level, path FROM system.parts WHERE database = ? "+
 		"AND table != 'schema_migrations' AND NOT startsWith(table, 'peer_')", db)
 	if err != nil {
 		return p, fmt.Errorf("parts: %w", err)
@@ -233,14 +249,15 @@ func countParts(ctx context.Context, ch *sinks.ClickHouse, db string) (partFigur
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			level uint32
-			path  string
+			table, path string
+			level       uint32
 		)
-		if err := rows.Scan(&level, &path); err != nil {
+		if err := rows.Scan(&table, &level, &path); err != nil {
 			return p, fmt.Errorf("parts: %w", err)
 		}
 		if level == 0 {
 			p.inserted++
+			p.byTable[table]++
 		} else {
 			p.merged++
 		}
