@@ -204,7 +204,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
 	rulesSpec := fs.String("rules", "", "evaluate alert rules: a rule file, several comma-separated, or builtin")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
-	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on for inputs up to 256 MiB)")
+	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on for inputs up to 1 GiB)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
 		printFlags(stderr, fs, nil)
@@ -259,9 +259,10 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "off":
 	case "auto":
 		// Trainer output is mostly progress lines: extracting telemetry
-		// means parsing nearly every line, ~130 MB/s instead of ~1 GB/s.
-		// Small inputs (excerpts, one job's log) get it; big ones keep the
-		// fast NCCL-only path unless asked.
+		// means parsing nearly every line, ~0.6-0.9 GB/s instead of ~3
+		// GB/s on two cores (README, Performance (scan)). Inputs up to
+		// telemetryAutoMax, a second or two, get it; bigger ones keep
+		// the fast NCCL-only path unless asked.
 		if totalSize(files) <= telemetryAutoMax {
 			s.enableTelemetry()
 		}
@@ -334,8 +335,9 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // telemetryAutoMax is the input size up to which --telemetry=auto extracts
-// telemetry.
-const telemetryAutoMax = 256 << 20
+// telemetry: 256 MiB while extraction ran at ~130 MB/s, 1 GiB since it
+// runs at ~0.6-0.9 GB/s on two cores (2026-12-02).
+const telemetryAutoMax = 1 << 30
 
 // totalSize sums the sizes of the named files; stdin and unreadable files
 // count as zero (stdin is usually a pipe of one job's log).
