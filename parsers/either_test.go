@@ -24,3 +24,15 @@ func FuzzIndexEither(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLastColonBlank: lastColonBlank answers as bytes.LastIndex with ": ".
+func FuzzLastColonBlank(f *testing.F) {
+	for _, s := range []string{"", ":", ": ", " :", "::", ":: ", "a: b", "a: b: c", "a:b", "x : y:", " lm loss: 2.1E+00 ", "ÿ: é:"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := lastColonBlank(b), bytes.LastIndex(b, []byte(": ")); got != want {
+			t.Errorf("lastColonBlank(%q) = %d; bytes.LastIndex %d", b, got, want)
+		}
+	})
+}
