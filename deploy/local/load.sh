@@ -19,7 +19,10 @@
 # env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CLICKHOUSE_PORT (9000)
 #      CLICKHOUSE_HTTP_PORT (8123), as for the server scripts;
 #      NCCLWATCH_BIN, NCCLWATCH_LOAD_BIN (built when unset); PEER (1);
-#      KEEP_SERVERS=1 leaves servers this script started running.
+#      KEEP_SERVERS=1 leaves servers this script started running;
+#      TMPDIR (/tmp) holds the servers' data: TMPDIR=/dev/shm puts it in
+#      RAM (the `disk:` line says where it is and warns of an ext4 without
+#      a journal, whose file creation grows dearer run after run).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -90,6 +93,18 @@ kpid_file="${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT/kafka.pid"
 [[ -r "$kpid_file" ]] && server+=(--kafka-pid "$(cat "$kpid_file")")
 
 log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+# Where the ClickHouse server writes its parts. On ext4 without a journal
+# the kernel checks each new inode against the ones freed in the last
+# minutes, so every run's dropped part files make the next run's dearer
+# (README, Performance (run)); TMPDIR=/dev/shm puts the data in RAM.
+data_dir="$(dirname "$chpid_file")"
+fs="$(df --output=fstype "${TMPDIR:-/tmp}" 2>/dev/null | tail -1 | tr -d ' ')"
+dev="$(basename "$(df --output=source "${TMPDIR:-/tmp}" 2>/dev/null | tail -1)")"
+disk="server data in $data_dir on ${fs:-an unknown filesystem}"
+if [[ "$fs" == ext4 && -d "/proc/fs/ext4/$dev" ]] && ! compgen -G "/proc/fs/jbd2/$dev-*" >/dev/null; then
+  disk+=" without a journal: each run's part files make the next runs slower; TMPDIR=/dev/shm avoids it"
+fi
+log "disk: $disk"
 status=0
 for n in "${counts[@]}"; do
   log "ncclwatch-load ${peer[*]} --records $n $*"
