@@ -11,9 +11,16 @@ import (
 // benchInput generates a seeded mixed stream (5 % NCCL lines among trainer
 // output) once per format.
 func benchInput(b *testing.B, format string) []byte {
+	return benchStream(b, format, true) // the stream of the README's first benchmark figures
+}
+
+// benchStream generates 32 MB of a seeded mixed stream: random steps and
+// trainers per line, or (randomSteps false) one trainer whose ranks print
+// every step, as `ncclwatch-load gen` writes it.
+func benchStream(b *testing.B, format string, randomSteps bool) []byte {
 	b.Helper()
 	cfg := loadtest.DefaultGenConfig()
-	cfg.RandomSteps = true // the stream of the README's benchmark figures
+	cfg.RandomSteps = randomSteps
 	cfg.Bytes = 32 << 20
 	cfg.Format = format
 	var buf bytes.Buffer
@@ -23,18 +30,27 @@ func benchInput(b *testing.B, format string) []byte {
 	return buf.Bytes()
 }
 
-func benchScan(b *testing.B, format string) {
-	in := benchInput(b, format)
+func benchScan(b *testing.B, format string) { benchScanOf(b, benchInput(b, format), false) }
+
+// benchScanOf scans in per iteration, with telemetry or without.
+func benchScanOf(b *testing.B, in []byte, telemetry bool) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s := newScanner(pipeline.Expectation{}, 64<<10)
+		if telemetry {
+			s.enableTelemetry()
+		}
 		if err := s.read("bench", bytes.NewReader(in), int64(len(in))); err != nil {
 			b.Fatal(err)
 		}
-		if res := s.result(); res.Summary.Verdict != pipeline.VerdictOK {
+		res := s.result()
+		if res.Summary.Verdict != pipeline.VerdictOK {
 			b.Fatalf("verdict %s", res.Summary.Verdict)
+		}
+		if telemetry && len(res.Training) == 0 {
+			b.Fatal("telemetry on, but no training series")
 		}
 	}
 }
@@ -44,3 +60,8 @@ func BenchmarkScanMixedRaw(b *testing.B) { benchScan(b, "raw") }
 
 // BenchmarkScanMixedFluentBit is the whole scan path on Fluent Bit JSON.
 func BenchmarkScanMixedFluentBit(b *testing.B) { benchScan(b, "fluentbit") }
+
+// BenchmarkScanTelemetryRaw is the whole scan path with telemetry on (scan
+// --telemetry on) on raw text of a Hugging Face trainer whose ranks print
+// every step: the stream of README's "Where scan stands now", in memory.
+func BenchmarkScanTelemetryRaw(b *testing.B) { benchScanOf(b, benchStream(b, "raw", false), true) }
