@@ -598,21 +598,12 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			if err := r.handle(ctx, x); err != nil {
 				return err
 			}
-			if err := r.atRestNow(ctx); err != nil {
-				return err
-			}
 		case <-r.headDone():
 			if err := r.applyHead(ctx); err != nil {
 				return err
 			}
-			if err := r.atRestNow(ctx); err != nil {
-				return err
-			}
 		case err := <-r.flightDone():
 			if err := r.land(err); err != nil && fatal(err) {
-				return err
-			}
-			if err := r.atRestNow(ctx); err != nil {
 				return err
 			}
 		case <-tick.C:
@@ -632,6 +623,12 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			if err := r.flushNow(ctx); err != nil && fatal(err) {
 				return err
 			}
+			continue
+		}
+		// The records just read or applied, or the batch that just
+		// landed, may have brought the stream to rest.
+		if err := r.atRestNow(ctx); err != nil {
+			return err
 		}
 	}
 }
