@@ -185,12 +185,6 @@ type trainingLine struct {
 	figures   TrainingFigures
 }
 
-// isTraining says whether lines of kind k carry nothing but their
-// training figures besides Kind, Framework and Rank.
-func isTraining(k TelemetryKind) bool {
-	return k == TelemetryStep || k == TelemetryAmend || k == TelemetrySummary
-}
-
 // len returns the number of messages p holds; taken after a record was
 // parsed, it marks where the record's messages end (Processor.applyRange).
 func (p *Parsed) len() int { return len(p.msgs) }

@@ -168,6 +168,13 @@ type TrainingFigures struct {
 	Runtime     float64 // seconds of training (summary lines)
 }
 
+// isTraining says whether lines of kind k are training-progress lines:
+// they carry nothing but Kind, Framework, Rank and their TrainingFigures
+// (what TelemetryAssembler.Add reads of them and a Parsed keeps).
+func isTraining(k TelemetryKind) bool {
+	return k == TelemetryStep || k == TelemetryAmend || k == TelemetrySummary
+}
+
 // Reset clears l for reuse.
 func (l *TelemetryLine) Reset() { *l = blankTelemetryLine }
 
@@ -604,26 +611,27 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			j.pool = m.pool
 		}
 	}
-	switch tl.Kind {
-	case TelemetryStep, TelemetryAmend, TelemetrySummary:
+	switch {
+	case isTraining(tl.Kind):
 		// The reports follow the job's series; an amend line with no step
-		// to amend is not in them.
+		// to amend is not in them. Only Kind, Framework, Rank and the
+		// TrainingFigures are read: all a Parsed keeps of such a line.
 		if s := j.seriesOf(tl.Framework, tl.Kind != TelemetryAmend, a.cfg.MedianSamples); s != nil {
 			s.add(tl)
 		}
 		if out != nil {
 			a.foldStep(job, j, m, tl, t, src, out)
 		}
-	case TelemetryNCCLComm:
+	case tl.Kind == TelemetryNCCLComm:
 		if tl.NRanks > j.ncclRanks {
 			j.ncclRanks = tl.NRanks
 		}
 		if len(tl.Host) > 0 {
 			j.ncclHosts = addHost(j.ncclHosts, tl.Host, a.cfg.MaxHostsPerRun)
 		}
-	case TelemetryNCCLNetwork:
+	case tl.Kind == TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
-	case TelemetryCheckpoint:
+	case tl.Kind == TelemetryCheckpoint:
 		ev := j.checkpoint(*m, &tl.Checkpoint, tl.Rank, t, src)
 		if ev != nil && out != nil {
 			out.Checkpoints = append(out.Checkpoints, *ev)
