@@ -8,15 +8,10 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// benchInput generates a seeded mixed stream (5 % NCCL lines among trainer
-// output) once per format.
-func benchInput(b *testing.B, format string) []byte {
-	return benchStream(b, format, true) // the stream of the README's first benchmark figures
-}
-
-// benchStream generates 32 MB of a seeded mixed stream: random steps and
-// trainers per line, or (randomSteps false) one trainer whose ranks print
-// every step, as `ncclwatch-load gen` writes it.
+// benchStream generates 32 MB of a seeded mixed stream (5 % NCCL lines
+// among trainer output): random steps and trainers per line, or
+// (randomSteps false) one trainer whose ranks print every step, as
+// `ncclwatch-load gen` writes it.
 func benchStream(b *testing.B, format string, randomSteps bool) []byte {
 	b.Helper()
 	cfg := loadtest.DefaultGenConfig()
@@ -30,7 +25,9 @@ func benchStream(b *testing.B, format string, randomSteps bool) []byte {
 	return buf.Bytes()
 }
 
-func benchScan(b *testing.B, format string) { benchScanOf(b, benchInput(b, format), false) }
+// benchScan scans the random-steps stream, the stream of the README's
+// first benchmark figures, without telemetry.
+func benchScan(b *testing.B, format string) { benchScanOf(b, benchStream(b, format, true), false) }
 
 // benchScanOf scans in per iteration, with telemetry or without.
 func benchScanOf(b *testing.B, in []byte, telemetry bool) {
