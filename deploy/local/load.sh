@@ -26,6 +26,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib.sh source-path=SCRIPTDIR disable=SC1091 # shellcheck -x follows it
+. "$HERE/lib.sh"
 ROOT="$(cd "$HERE/../.." && pwd)"
 export KAFKA_PORT="${KAFKA_PORT:-9092}"
 export KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
@@ -33,9 +35,6 @@ export CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-9000}"
 export CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-8123}"
 KEEP_SERVERS="${KEEP_SERVERS:-}"
 PEER="${PEER:-1}"
-
-log() { printf 'load.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
 
 counts=()
 while [[ $# -gt 0 && "$1" != "--" ]]; do
@@ -85,11 +84,12 @@ peer=()
 [[ "$PEER" == 1 ]] && peer=(--peer --kafka-tool "$HERE/kafka.sh tool")
 # The local server's pid (clickhouse.sh's pid file): the report gives its
 # CPU during each consume phase.
-chpid_file="${TMPDIR:-/tmp}/ncclwatch-clickhouse-$CLICKHOUSE_PORT/clickhouse.pid"
+data_dir="$(run_dir clickhouse "$CLICKHOUSE_PORT")"
+chpid_file="$data_dir/clickhouse.pid"
 server=()
 [[ -r "$chpid_file" ]] && server=(--clickhouse-pid "$(cat "$chpid_file")")
 # The local broker's pid (kafka.sh's pid file): its CPU too.
-kpid_file="${TMPDIR:-/tmp}/ncclwatch-kafka-$KAFKA_PORT/kafka.pid"
+kpid_file="$(run_dir kafka "$KAFKA_PORT")/kafka.pid"
 [[ -r "$kpid_file" ]] && server+=(--kafka-pid "$(cat "$kpid_file")")
 
 log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
@@ -97,7 +97,6 @@ log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' 
 # the kernel checks each new inode against the ones freed in the last
 # minutes, so every run's dropped part files make the next run's dearer
 # (README, Performance (run)); TMPDIR=/dev/shm puts the data in RAM.
-data_dir="$(dirname "$chpid_file")"
 fs="$(df --output=fstype "${TMPDIR:-/tmp}" 2>/dev/null | tail -1 | tr -d ' ')"
 dev="$(basename "$(df --output=source "${TMPDIR:-/tmp}" 2>/dev/null | tail -1)")"
 disk="server data in $data_dir on ${fs:-an unknown filesystem}"
