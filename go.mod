@@ -4,15 +4,15 @@ go 1.26.0
 
 require github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 
-require github.com/expr-lang/expr v1.17.8
-
 require (
-	github.com/kr/text v0.2.0 // indirect
-	golang.org/x/sync v0.25.0 // indirect
+	github.com/expr-lang/expr v1.17.8
+	golang.org/x/sync v0.25.0
 )
 
+require github.com/kr/text v0.2.0 // indirect
+
 require (
-	github.com/ClickHouse/ch-go v0.75.0 // indirect
+	github.com/ClickHouse/ch-go v0.75.0
 	github.com/andybalholm/brotli v1.2.7 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

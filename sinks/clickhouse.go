@@ -174,6 +174,7 @@ type ClickHouse struct {
 	features features // from version
 
 	batches, rows, failures atomic.Uint64
+	strSizes                strSizes
 }
 
 // NewClickHouse validates cfg, connects, and reads the server version,
@@ -359,11 +360,25 @@ func classify(err error) error {
 func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
+	n := t.rows(b)
+	hint := c.strSizes.hint(t, n)
+	announce(hint)
 	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
+	withdraw(hint)
 	if err != nil {
 		return err
 	}
-	if err := t.append(batch, b, &c.cfg); err != nil {
+	if t.cols != nil {
+		cs := newColumns(batch, n)
+		t.cols(cs, b, &c.cfg)
+		err = cs.done()
+		if err == nil {
+			c.strSizes.record(t, cs.n, cs.strBytes)
+		}
+	} else {
+		err = t.append(batch, b, &c.cfg)
+	}
+	if err != nil {
 		_ = batch.Abort()
 		// The values do not fit the table's columns: the table is not
 		// the one this code was written for.
@@ -455,6 +470,9 @@ type table struct {
 	columns []string // in the order append passes values
 	rows    func(b *pipeline.Batch) int
 	append  func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error
+	// cols, set instead of append for the tables written a column at a
+	// time, appends b's rows to c (see columns).
+	cols func(c *columns, b *pipeline.Batch, cfg *ClickHouseConfig)
 	// key feeds what identifies each row (coordinates, or summary key and
 	// version) to h, for the deduplication token.
 	key func(b *pipeline.Batch, h io.Writer)
@@ -499,9 +517,8 @@ var tables = []table{
 		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "job", "namespace", "cluster",
 			"pod", "container", "node", "host", "pid", "dev", "rank", "kind", "warn", "text"},
 		rows: func(b *pipeline.Batch) int { return len(b.Events) },
-		append: func(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
+		cols: func(c *columns, b *pipeline.Batch, cfg *ClickHouseConfig) {
 			ev := b.Events
-			c := newColumns(d, len(ev))
 			sourceColumns(c, func(j int) *pipeline.Source { return &ev[j].Source })
 			col(c, func(j int) time.Time { return clampTime(ev[j].Time) })
 			col(c, func(j int) string { return ev[j].Job })
@@ -517,7 +534,6 @@ var tables = []table{
 			col(c, func(j int) string { return ev[j].Kind })
 			col(c, func(j int) uint8 { return b2u(ev[j].Warn) })
 			col(c, func(j int) string { return capText(ev[j].Line, cfg.MaxLineBytes) })
-			return c.done()
 		},
 		key: func(b *pipeline.Batch, h io.Writer) {
 			for i := range b.Events {
@@ -622,6 +638,9 @@ type columns struct {
 	// A slice keeps its last insert's strings reachable until it is
 	// filled again or the pool drops it.
 	scratch map[reflect.Type]any
+	// strBytes is, by column index, the bytes of a String column's values
+	// (0 for other types): the size of the table's next insert (strSizes).
+	strBytes []int
 }
 
 // scratchPool holds the scratch maps of finished inserts.
@@ -644,6 +663,14 @@ func col[T any](c *columns, v func(j int) T) {
 	vals = vals[:c.n]
 	for j := range vals {
 		vals[j] = v(j)
+	}
+	if s, ok := any(vals).([]string); ok {
+		total := 0
+		for _, v := range s {
+			total += len(v)
+		}
+		c.strBytes = append(c.strBytes, make([]int, c.i+1-len(c.strBytes))...)
+		c.strBytes[c.i] = total
 	}
 	if err := c.d.Column(c.i).Append(vals); err != nil {
 		c.err = fmt.Errorf("column %d: %w", c.i, err)

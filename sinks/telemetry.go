@@ -21,9 +21,8 @@ var telemetryTables = []table{
 			"pool", "model", "framework", "kind", "rank", "step", "ranks", "network", "network_class", "step_time_s", "tokens_per_s",
 			"samples_per_s", "it_per_s", "tflops", "mfu", "loss"},
 		rows: func(b *pipeline.Batch) int { return len(b.Steps) },
-		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
+		cols: func(c *columns, b *pipeline.Batch, _ *ClickHouseConfig) {
 			st := b.Steps
-			c := newColumns(d, len(st))
 			sourceColumns(c, func(j int) *pipeline.Source { return &st[j].Source })
 			col(c, func(j int) time.Time { return clampTime(st[j].Time) })
 			col(c, func(j int) string { return st[j].Job })
@@ -47,7 +46,6 @@ var telemetryTables = []table{
 			col(c, func(j int) *float64 { return nullFP(&st[j].TFLOPs) })
 			col(c, func(j int) *float64 { return nullFP(&st[j].MFU) })
 			col(c, func(j int) *float64 { return nullFP(&st[j].Loss) })
-			return c.done()
 		},
 		// A row is written again as its count grows (pipeline.
 		// TrainingStep.Ranks): the count is part of its identity here, or

@@ -1,0 +1,163 @@
+package sinks
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	chproto "github.com/ClickHouse/ch-go/proto"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+func TestStrSizesHint(t *testing.T) {
+	nccl := &allTables()[0]
+	if nccl.name != "nccl_events" || nccl.cols == nil {
+		t.Fatalf("first table is %s (cols %v); want nccl_events written a column at a time", nccl.name, nccl.cols != nil)
+	}
+	var s strSizes
+	if h := s.hint(nccl, 100); h != nil {
+		t.Errorf("hint before any insert = %+v; want nil", h)
+	}
+	// Column 0 is topic (a String), 1 partition, 2 offset (not).
+	bytes := make([]int, len(nccl.columns))
+	bytes[0], bytes[17] = 400, 10000 // 4 and 100 bytes a row of 100 rows
+	s.record(nccl, 100, bytes)
+	h := s.hint(nccl, 1000)
+	if h == nil {
+		t.Fatal("hint after an insert = nil")
+	}
+	if h.rows != 1000 {
+		t.Errorf("hint rows = %d; want 1000", h.rows)
+	}
+	want := map[string]int{"topic": 4*1000*9/8 + 64, "text": 100*1000*9/8 + 64}
+	if len(h.bytes) != len(want) {
+		t.Errorf("hint bytes = %v; want %v", h.bytes, want)
+	}
+	for name, n := range want {
+		if h.bytes[name] != n {
+			t.Errorf("hint bytes[%s] = %d; want %d", name, h.bytes[name], n)
+		}
+	}
+	if h := s.hint(nccl, 0); h != nil {
+		t.Errorf("hint for no rows = %+v; want nil", h)
+	}
+	for _, tb := range allTables() {
+		if tb.cols == nil {
+			if h := s.hint(&tb, 10); h != nil {
+				t.Errorf("hint for %s, written row by row = %+v; want nil", tb.name, h)
+			}
+		}
+	}
+}
+
+// TestSizedColStr announces hints of its own: no insert may run beside it
+// (no test of this package is parallel).
+func TestSizedColStr(t *testing.T) {
+	h := &colHint{rows: 50, bytes: map[string]int{"job": 1000}}
+	announce(h)
+	c := sizedColStr("job")
+	if cap(c.Buf) != 1000 || cap(c.Pos) != 50 || len(c.Buf) != 0 || len(c.Pos) != 0 {
+		t.Errorf("announced job column: len/cap Buf %d/%d, Pos %d/%d; want 0/1000, 0/50", len(c.Buf), cap(c.Buf), len(c.Pos), cap(c.Pos))
+	}
+	if c := sizedColStr("pod"); cap(c.Buf) != 0 || cap(c.Pos) != 0 {
+		t.Errorf("column not announced: cap Buf %d, Pos %d; want 0", cap(c.Buf), cap(c.Pos))
+	}
+	// Another insert announced meanwhile: withdrawing h leaves its hint.
+	other := &colHint{rows: 1, bytes: map[string]int{"job": 7}}
+	announce(other)
+	withdraw(h)
+	if c := sizedColStr("job"); cap(c.Buf) != 7 {
+		t.Errorf("after withdrawing an older hint, cap = %d; want the newer hint's 7", cap(c.Buf))
+	}
+	withdraw(other)
+	if c := sizedColStr("job"); cap(c.Buf) != 0 {
+		t.Errorf("after withdrawing, cap = %d; want 0", cap(c.Buf))
+	}
+}
+
+// TestClickHouseSizedColumns stores batches of the two tables written a
+// column at a time whose strings grow past what the previous insert
+// announced, and reads every value back.
+func TestClickHouseSizedColumns(t *testing.T) {
+	c := migrated(t)
+	ctx, db := t.Context(), c.cfg.Database
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	var want []string
+	off := int64(0)
+	for round, rows := range []int{10, 300, 40} {
+		b := &pipeline.Batch{}
+		for i := range rows {
+			// Round 1's strings are 20 times the length of round 0's:
+			// past the announced size, the driver's column grows.
+			job := fmt.Sprintf("j%d-%s", i, strings.Repeat("x", 1+round%2*40))
+			line := fmt.Sprintf("host:1:2 [0] NCCL INFO r%d-%d %s", round, i, strings.Repeat("y", i%97*(1+round%2*19)))
+			src := pipeline.Source{Topic: "t", Partition: 0, Offset: off}
+			off++
+			b.Events = append(b.Events, pipeline.EventRow{Source: src, Time: t0, Job: job, Kind: "info", Line: line})
+			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: job, Kind: "step", Step: int64(i), Ranks: 1})
+			want = append(want, job+"|"+line)
+		}
+		if err := c.Consume(ctx, b); err != nil {
+			t.Fatalf("round %d: Consume() = %v", round, err)
+		}
+		if h := announced.Load(); h != nil {
+			t.Fatalf("round %d: a hint is still announced after the inserts: %+v", round, h)
+		}
+		if h := c.strSizes.hint(&allTables()[0], 1); h == nil || h.bytes["text"] == 0 || h.bytes["job"] == 0 {
+			t.Errorf("round %d: nccl_events hint = %+v; want text and job sizes", round, h)
+		}
+	}
+	rows, err := c.Query(ctx, "SELECT e.job, e.text, s.job FROM "+db+".nccl_events AS e ANY LEFT JOIN (SELECT `offset`, job FROM "+db+".training_steps) AS s USING `offset` ORDER BY `offset`")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var job, text, stepJob string
+		if err := rows.Scan(&job, &text, &stepJob); err != nil {
+			t.Fatal(err)
+		}
+		if stepJob != job {
+			t.Errorf("offset %d: training_steps job %q; nccl_events job %q", len(got), stepJob, job)
+		}
+		got = append(got, job+"|"+text)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d rows back; want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d = %.60q; want %.60q", i, got[i], want[i])
+		}
+	}
+}
+
+// BenchmarkColStr fills eleven 30 000-row String columns the way the
+// driver does (ColStr.AppendArr), made empty or at their size (colsize.go).
+func BenchmarkColStr(b *testing.B) {
+	vals := make([]string, 30000)
+	total := 0
+	for i := range vals {
+		vals[i] = fmt.Sprintf("load-j%04d-worker-%d", i%64, i%8)
+		total += len(vals[i])
+	}
+	for _, sized := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sized=%v", sized), func(b *testing.B) {
+			for b.Loop() {
+				for range 11 {
+					var c chproto.ColStr
+					if sized {
+						c = chproto.ColStr{Buf: make([]byte, 0, total), Pos: make([]chproto.Position, 0, len(vals))}
+					}
+					c.AppendArr(vals)
+				}
+			}
+		})
+	}
+}
