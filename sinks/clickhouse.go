@@ -664,7 +664,9 @@ func col[T any](c *columns, v func(j int) T) {
 	for j := range vals {
 		vals[j] = v(j)
 	}
-	if s, ok := any(vals).([]string); ok {
+	// Only a String column is made by the hook (colsize.go), not the
+	// dictionary of a LowCardinality(String) one.
+	if s, ok := any(vals).([]string); ok && c.i < len(c.d.Columns()) && c.d.Columns()[c.i].Type() == "String" {
 		total := 0
 		for _, v := range s {
 			total += len(v)

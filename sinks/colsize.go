@@ -21,7 +21,7 @@ import (
 // a column's name. So an insert into a table written a column at a time
 // announces, just before PrepareBatch reads the block's header, the size of
 // each of its String columns — the row count times the bytes per row of
-// the table's previous insert, with an eighth to spare — and the hook makes
+// the table's recent inserts, with an eighth to spare — and the hook makes
 // columns of those names at that size until the insert withdraws it. A
 // query or another sink's insert running at that moment may get a column
 // made for this insert: that is a capacity, never a value, so only memory
@@ -37,6 +37,8 @@ type colHint struct {
 var (
 	announced   atomic.Pointer[colHint]
 	installHook sync.Once
+	// sized counts the columns the hook made at an announced size.
+	sized atomic.Uint64
 )
 
 // announce makes h the sizes of the String columns the driver makes from
@@ -67,6 +69,7 @@ func sizedColStr(name string) chproto.ColStr {
 	if !ok {
 		return chproto.ColStr{}
 	}
+	sized.Add(1)
 	return chproto.ColStr{Buf: make([]byte, 0, n), Pos: make([]chproto.Position, 0, h.rows)}
 }
 
@@ -99,19 +102,25 @@ func (s *strSizes) hint(t *table, rows int) *colHint {
 }
 
 // record keeps the sizes of an insert of rows rows into t: the bytes of
-// its String columns by column index.
+// its String columns by column index. A column's bytes per row follow a
+// larger figure at once and a smaller one by a tenth an insert: the rows of
+// one batch are longer than the last one's as often as not, and a column
+// that outgrows its size is copied whole once more.
 func (s *strSizes) record(t *table, rows int, bytes []int) {
 	if rows == 0 || len(bytes) == 0 {
 		return
-	}
-	per := make([]float64, len(bytes))
-	for i, b := range bytes {
-		per[i] = float64(b) / float64(rows)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.perRow == nil {
 		s.perRow = map[string][]float64{}
 	}
-	s.perRow[t.name] = per
+	per := s.perRow[t.name]
+	if len(per) < len(bytes) {
+		per = append(per, make([]float64, len(bytes)-len(per))...)
+		s.perRow[t.name] = per
+	}
+	for i, b := range bytes {
+		per[i] = max(float64(b)/float64(rows), per[i]*0.9)
+	}
 }

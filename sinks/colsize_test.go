@@ -40,6 +40,18 @@ func TestStrSizesHint(t *testing.T) {
 			t.Errorf("hint bytes[%s] = %d; want %d", name, h.bytes[name], n)
 		}
 	}
+	// Shorter rows lower the size by a tenth an insert; longer ones raise
+	// it at once.
+	bytes[0], bytes[17] = 400, 5000
+	s.record(nccl, 100, bytes)
+	if got, want := s.hint(nccl, 1000).bytes["text"], 90*1000*9/8+64; got != want {
+		t.Errorf("after an insert of shorter text, hint bytes[text] = %d; want %d", got, want)
+	}
+	bytes[17] = 20000
+	s.record(nccl, 100, bytes)
+	if got, want := s.hint(nccl, 1000).bytes["text"], 200*1000*9/8+64; got != want {
+		t.Errorf("after an insert of longer text, hint bytes[text] = %d; want %d", got, want)
+	}
 	if h := s.hint(nccl, 0); h != nil {
 		t.Errorf("hint for no rows = %+v; want nil", h)
 	}
@@ -86,6 +98,11 @@ func TestClickHouseSizedColumns(t *testing.T) {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	var want []string
 	off := int64(0)
+	plain := queryInt(t, c, "SELECT count() FROM system.columns WHERE database = ? AND table IN ('nccl_events', 'training_steps') AND type = 'String'", db)
+	if plain < 20 {
+		t.Fatalf("%d String columns in nccl_events and training_steps; want 20 or more", plain)
+	}
+	sized0 := sized.Load()
 	for round, rows := range []int{10, 300, 40} {
 		b := &pipeline.Batch{}
 		for i := range rows {
@@ -95,8 +112,11 @@ func TestClickHouseSizedColumns(t *testing.T) {
 			line := fmt.Sprintf("host:1:2 [0] NCCL INFO r%d-%d %s", round, i, strings.Repeat("y", i%97*(1+round%2*19)))
 			src := pipeline.Source{Topic: "t", Partition: 0, Offset: off}
 			off++
-			b.Events = append(b.Events, pipeline.EventRow{Source: src, Time: t0, Job: job, Kind: "info", Line: line})
-			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: job, Kind: "step", Step: int64(i), Ranks: 1})
+			b.Events = append(b.Events, pipeline.EventRow{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
+				Pod: job + "-0", Container: "trainer", Node: "n1", Host: "n1", PID: "42", Kind: "info", Line: line})
+			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
+				Pod: job + "-0", Node: "n1", Pool: "h100", Model: "m", Framework: "megatron", Kind: "step", Step: int64(i),
+				Ranks: 1, Network: "IB", NetworkClass: "rdma"})
 			want = append(want, job+"|"+line)
 		}
 		if err := c.Consume(ctx, b); err != nil {
@@ -107,6 +127,12 @@ func TestClickHouseSizedColumns(t *testing.T) {
 		}
 		if h := c.strSizes.hint(&allTables()[0], 1); h == nil || h.bytes["text"] == 0 || h.bytes["job"] == 0 {
 			t.Errorf("round %d: nccl_events hint = %+v; want text and job sizes", round, h)
+		}
+		// Round 0 has nothing to announce; from round 1 on, every String
+		// column of both tables is made at its announced size (a
+		// LowCardinality(String) one, on a server that has them, is not).
+		if got, want := sized.Load()-sized0, uint64(round)*plain; got != want {
+			t.Errorf("after round %d: %d columns made at an announced size; want %d", round, got, want)
 		}
 	}
 	rows, err := c.Query(ctx, "SELECT e.job, e.text, s.job FROM "+db+".nccl_events AS e ANY LEFT JOIN (SELECT `offset`, job FROM "+db+".training_steps) AS s USING `offset` ORDER BY `offset`")
