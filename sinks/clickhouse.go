@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
@@ -368,22 +369,14 @@ func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch
 	if err != nil {
 		return err
 	}
-	if t.cols != nil {
-		cs := newColumns(batch, n)
-		t.cols(cs, b, &c.cfg)
-		err = cs.done()
-		if err == nil {
-			c.strSizes.record(t, cs.n, cs.strBytes)
-		}
-	} else {
-		err = t.append(batch, b, &c.cfg)
-	}
+	strBytes, err := t.fill(batch, b, &c.cfg)
 	if err != nil {
 		_ = batch.Abort()
 		// The values do not fit the table's columns: the table is not
 		// the one this code was written for.
 		return pipeline.Permanent(err)
 	}
+	c.strSizes.record(t, n, strBytes)
 	return batch.Send()
 }
 
@@ -476,6 +469,17 @@ type table struct {
 	// key feeds what identifies each row (coordinates, or summary key and
 	// version) to h, for the deduplication token.
 	key func(b *pipeline.Batch, h io.Writer)
+}
+
+// fill appends t's rows of b to d. For a table written a column at a time
+// it returns the bytes of its String columns by column index (strSizes).
+func (t *table) fill(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) ([]int, error) {
+	if t.cols == nil {
+		return nil, t.append(d, b, cfg)
+	}
+	c := newColumns(d, t.rows(b))
+	t.cols(c, b, cfg)
+	return c.strBytes, c.done()
 }
 
 // insertSQL names the columns: 18.16 takes batch inserts only with a
@@ -627,10 +631,11 @@ var tables = []table{
 // every one; issue 9 measured the row-wise training_steps append at two
 // thirds of the insert CPU. Columns go in the table's column order.
 type columns struct {
-	d   driver.Batch
-	n   int // rows
-	i   int // next column
-	err error
+	d    driver.Batch
+	cols []column.Interface // d's, by index
+	n    int                // rows
+	i    int                // next column
+	err  error
 	// scratch holds a slice per column type, reused from column to column
 	// and, through scratchPool, from insert to insert: the driver copies
 	// the values (the columns of a batch are one allocation per type, not
@@ -647,7 +652,7 @@ type columns struct {
 var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
 
 func newColumns(d driver.Batch, rows int) *columns {
-	return &columns{d: d, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
+	return &columns{d: d, cols: d.Columns(), n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
 }
 
 // col appends the next column, v(j) being row j's value.
@@ -666,7 +671,7 @@ func col[T any](c *columns, v func(j int) T) {
 	}
 	// Only a String column is made by the hook (colsize.go), not the
 	// dictionary of a LowCardinality(String) one.
-	if s, ok := any(vals).([]string); ok && c.i < len(c.d.Columns()) && c.d.Columns()[c.i].Type() == "String" {
+	if s, ok := any(vals).([]string); ok && c.i < len(c.cols) && c.cols[c.i] != nil && c.cols[c.i].Type() == "String" {
 		total := 0
 		for _, v := range s {
 			total += len(v)
@@ -698,7 +703,7 @@ func (c *columns) done() error {
 	if c.err != nil {
 		return c.err
 	}
-	if n := len(c.d.Columns()); c.i != n {
+	if n := len(c.cols); c.i != n {
 		return fmt.Errorf("%d columns appended; the insert has %d", c.i, n)
 	}
 	return nil
