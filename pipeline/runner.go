@@ -40,6 +40,16 @@ type Message struct {
 	HighWaterMark int64
 }
 
+// Source returns the coordinates of the line-th line of m.
+func (m *Message) Source(line int32) Source {
+	return Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Line: line}
+}
+
+// Next returns the position to commit once m has been durably accepted.
+func (m *Message) Next() Offset {
+	return Offset{Topic: m.Topic, Partition: m.Partition, Next: m.Offset + 1}
+}
+
 // Partition is one assigned partition.
 type Partition struct {
 	Topic     string
@@ -1371,7 +1381,7 @@ func (r *Runner) deadLetter(m *Message, line int32, reason, msg string) {
 		raw = raw[:r.cfg.MaxDeadLetterBytes]
 	}
 	r.batch.DeadLetters = append(r.batch.DeadLetters, DeadLetter{
-		Source: Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Line: line},
+		Source: m.Source(line),
 		Time:   m.Time, Reason: reason + ": " + msg, Raw: append([]byte(nil), raw...)})
 	r.batch.Bytes += len(raw) + len(msg)
 	if mt := r.deps.Metrics; mt != nil {

@@ -155,7 +155,7 @@ func comparePart(x, y partKey) int {
 // named, and hands it on.
 func (d *recordDecoder) emit(rec *Record) {
 	m := d.cur
-	rec.Source = Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Line: d.line}
+	rec.Source = m.Source(d.line)
 	d.line++
 	if rec.Time.IsZero() {
 		rec.Time = m.Time
