@@ -496,9 +496,11 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	rep.parts, rep.partsErr = countParts(ctx, ch, o.Database)
 	rep.firstCommit = lag.first.Sub(svc.started)
 	rep.maxRSSConsume = svc.mem.reset()
-	if o.CPUProfile != "" {
+	latency := o.LatRate > 0 && o.LatDuration > 0
+	if o.CPUProfile != "" && latency {
 		// The profile covers the backlog only: a fresh process measures
-		// latency.
+		// latency. (Without a latency phase there is none to start: one
+		// stopped at once could get SIGTERM before its handler is set.)
 		_, rep.hwmEnd = procStatus(svc.pid)
 		if err := svc.stop(); err != nil {
 			return rep, err
@@ -512,7 +514,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	// Latency at an offered rate: every record's time is when it was made;
 	// it is stored when its offset is committed, which ncclwatch does only
 	// after ClickHouse acknowledged the batch that holds it.
-	if o.LatRate > 0 && o.LatDuration > 0 {
+	if latency {
 		lat := &latencyProbe{partitions: o.Partitions, base: end, stamps: make([][]time.Time, o.Partitions)}
 		pctx, pcancel := context.WithCancel(ctx)
 		polled := make(chan error, 1)
