@@ -185,6 +185,7 @@ func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	installColStr()
 	conn, err := open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse open: %w", err)

@@ -41,14 +41,20 @@ var (
 	sized atomic.Uint64
 )
 
-// announce makes h the sizes of the String columns the driver makes from
-// now on, installing the hook the first time; nil announces nothing.
-func announce(h *colHint) {
-	if h == nil {
-		return
-	}
+// installColStr installs the hook. The driver keeps it in a plain
+// variable that every column it makes reads, so NewClickHouse installs it
+// before its first connection exists, not an insert while a query of the
+// API may be reading blocks.
+func installColStr() {
 	installHook.Do(func() { column.WithColStrProvider(sizedColStr) })
-	announced.Store(h)
+}
+
+// announce makes h the sizes of the String columns the driver makes from
+// now on; nil announces nothing.
+func announce(h *colHint) {
+	if h != nil {
+		announced.Store(h)
+	}
 }
 
 // withdraw ends what announce(h) began, unless another insert announced
