@@ -717,24 +717,6 @@ func eachPair(b []byte, sep byte, fn func(key, val []byte)) {
 	}
 }
 
-// lastColonBlank returns the index of the last ": " in b, or -1: what
-// bytes.LastIndex(b, []byte(": ")) returns, through bytes.LastIndexByte
-// (bytes.LastIndex runs Rabin-Karp over the whole part: a fifth of a
-// Megatron line's CPU, BenchmarkLineTrainers).
-func lastColonBlank(b []byte) int {
-	for n := len(b) - 1; n > 0; {
-		i := bytes.LastIndexByte(b[:n], ':')
-		if i < 0 {
-			return -1
-		}
-		if b[i+1] == ' ' {
-			return i
-		}
-		n = i
-	}
-	return -1
-}
-
 // parseTorchtitan reads "step:  4  loss:  7.62585  grad_norm: 26.6250
 // memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%"
 // (032). Older releases print wps for tps (and no grad_norm, 034), newer
