@@ -653,7 +653,8 @@ type columns struct {
 var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
 
 func newColumns(d driver.Batch, rows int) *columns {
-	return &columns{d: d, cols: d.Columns(), n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
+	cols := d.Columns()
+	return &columns{d: d, cols: cols, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any), strBytes: make([]int, len(cols))}
 }
 
 // col appends the next column, v(j) being row j's value.
@@ -677,7 +678,6 @@ func col[T any](c *columns, v func(j int) T) {
 		for _, v := range s {
 			total += len(v)
 		}
-		c.strBytes = append(c.strBytes, make([]int, c.i+1-len(c.strBytes))...)
 		c.strBytes[c.i] = total
 	}
 	if err := c.d.Column(c.i).Append(vals); err != nil {

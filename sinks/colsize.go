@@ -80,7 +80,8 @@ func sizedColStr(name string) chproto.ColStr {
 }
 
 // strSizes keeps, by table, the bytes per row of each String column of
-// the table's last insert: one sink's memory of its own inserts.
+// the table's recent inserts (record): one sink's memory of its own
+// inserts.
 type strSizes struct {
 	mu     sync.Mutex
 	perRow map[string][]float64 // by table name; by column index, 0 for other types
