@@ -1801,6 +1801,7 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 		below[partKey{p.Topic, p.Partition}] = p.Committed
 	}
 	since := r.deps.Now().Add(-r.cfg.IdleEvict)
+	r.foldedJob = "" // touched entries are set below
 	var ev Event
 	n := 0
 	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
@@ -1823,7 +1824,6 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 			job := JobKey(row.Cluster, row.Namespace, row.Job)
 			r.asm.Add(job, &meta, &ev, row.Time)
 			r.touched[job] = r.deps.Now()
-			r.foldedJob = ""
 			// The next batch carries the rebuilt job's summary: the same
 			// version and content as stored, so storage does not change,
 			// while the rules stage of this process learns of the job.
