@@ -172,7 +172,7 @@ func insertStmts(t *testing.T, tables []table, b *pipeline.Batch, db string, f f
 			continue
 		}
 		rec := &recordingBatch{ncols: len(tb.columns)}
-		if _, err := tb.fill(rec, b, &cfg); err != nil {
+		if err := tb.fill(rec, b, &cfg); err != nil {
 			t.Fatalf("%s append: %v", tb.name, err)
 		}
 		recorded, err := rec.recorded()

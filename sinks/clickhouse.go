@@ -362,22 +362,20 @@ func classify(err error) error {
 func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
-	n := t.rows(b)
-	hint := c.strSizes.hint(t, n)
+	hint := c.strSizes.hint(t, b, &c.cfg)
 	announce(hint)
 	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
 	withdraw(hint)
 	if err != nil {
 		return err
 	}
-	strBytes, err := t.fill(batch, b, &c.cfg)
-	if err != nil {
+	c.strSizes.learn(t, batch.Columns())
+	if err := t.fill(batch, b, &c.cfg); err != nil {
 		_ = batch.Abort()
 		// The values do not fit the table's columns: the table is not
 		// the one this code was written for.
 		return pipeline.Permanent(err)
 	}
-	c.strSizes.record(t, n, strBytes)
 	return batch.Send()
 }
 
@@ -472,15 +470,14 @@ type table struct {
 	key func(b *pipeline.Batch, h io.Writer)
 }
 
-// fill appends t's rows of b to d. For a table written a column at a time
-// it returns the bytes of its String columns by column index (strSizes).
-func (t *table) fill(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) ([]int, error) {
+// fill appends t's rows of b to d.
+func (t *table) fill(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
 	if t.cols == nil {
-		return nil, t.append(d, b, cfg)
+		return t.append(d, b, cfg)
 	}
 	c := newColumns(d, t.rows(b))
 	t.cols(c, b, cfg)
-	return c.strBytes, c.done()
+	return c.done()
 }
 
 // insertSQL names the columns: 18.16 takes batch inserts only with a
@@ -644,8 +641,9 @@ type columns struct {
 	// A slice keeps its last insert's strings reachable until it is
 	// filled again or the pool drops it.
 	scratch map[reflect.Type]any
-	// strBytes is, by column index, the bytes of a String column's values
-	// (0 for other types): the size of the table's next insert (strSizes).
+	// measure: nothing is appended; strBytes gets, by column index, the
+	// bytes of each column of Go strings (strSizes.hint).
+	measure  bool
 	strBytes []int
 }
 
@@ -654,12 +652,23 @@ var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
 
 func newColumns(d driver.Batch, rows int) *columns {
 	cols := d.Columns()
-	return &columns{d: d, cols: cols, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any), strBytes: make([]int, len(cols))}
+	return &columns{d: d, cols: cols, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
 }
 
 // col appends the next column, v(j) being row j's value.
 func col[T any](c *columns, v func(j int) T) {
 	if c.err != nil {
+		return
+	}
+	if c.measure {
+		if str, ok := any(v).(func(int) string); ok {
+			total := 0
+			for j := range c.n {
+				total += len(str(j))
+			}
+			c.strBytes[c.i] = total
+		}
+		c.i++
 		return
 	}
 	vals, _ := c.scratch[reflect.TypeFor[T]()].([]T)
@@ -670,15 +679,6 @@ func col[T any](c *columns, v func(j int) T) {
 	vals = vals[:c.n]
 	for j := range vals {
 		vals[j] = v(j)
-	}
-	// Only a String column is made by the hook (colsize.go), not the
-	// dictionary of a LowCardinality(String) one.
-	if s, ok := any(vals).([]string); ok && c.i < len(c.cols) && c.cols[c.i] != nil && c.cols[c.i].Type() == "String" {
-		total := 0
-		for _, v := range s {
-			total += len(v)
-		}
-		c.strBytes[c.i] = total
 	}
 	if err := c.d.Column(c.i).Append(vals); err != nil {
 		c.err = fmt.Errorf("column %d: %w", c.i, err)

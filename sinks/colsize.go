@@ -7,6 +7,8 @@ import (
 
 	chproto "github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 // The String columns of an insert block, made at their size.
@@ -19,13 +21,16 @@ import (
 // their size took a sixth of the time of growing them. The driver's one
 // hook for it, column.WithColStrProvider, is process-wide and is told only
 // a column's name. So an insert into a table written a column at a time
-// announces, just before PrepareBatch reads the block's header, the size of
-// each of its String columns — the row count times the bytes per row of
-// the table's recent inserts, with an eighth to spare — and the hook makes
-// columns of those names at that size until the insert withdraws it. A
-// query or another sink's insert running at that moment may get a column
-// made for this insert: that is a capacity, never a value, so only memory
-// is at stake; a value longer than announced grows the column as before.
+// first measures its String values (one pass over the batch's strings, no
+// copy: strSizes.hint) and announces, just before PrepareBatch reads the
+// block's header, each String column's exact size; the hook makes columns
+// of those names at that size until the insert withdraws it. A query or
+// another sink's insert running at that moment may get a column made for
+// this insert: that is a capacity, never a value, so only memory is at
+// stake. Sizes were first taken from the table's recent inserts, which left
+// a table's first insert — the largest of a restart's backlog — growing
+// its columns (5 % of the load run's CPU); the measuring pass costs a tenth
+// of that.
 
 // colHint is what one insert announces: its rows and, by column name, the
 // bytes of its String columns.
@@ -79,55 +84,58 @@ func sizedColStr(name string) chproto.ColStr {
 	return chproto.ColStr{Buf: make([]byte, 0, n), Pos: make([]chproto.Position, 0, h.rows)}
 }
 
-// strSizes keeps, by table, the bytes per row of each String column of
-// the table's recent inserts (record): one sink's memory of its own
-// inserts.
+// strSizes keeps, by table, which of its columns the server made plain
+// String (learned from each insert's block): a LowCardinality(String)
+// column's dictionary is made by the same hook, and is as small as its
+// distinct values. One sink's memory of its own inserts.
 type strSizes struct {
-	mu     sync.Mutex
-	perRow map[string][]float64 // by table name; by column index, 0 for other types
+	mu    sync.Mutex
+	plain map[string][]bool // by table name; by column index
 }
 
-// hint is what an insert of rows rows into t announces: nil for a table
-// not written a column at a time or not written before.
-func (s *strSizes) hint(t *table, rows int) *colHint {
-	if t.cols == nil || rows == 0 {
+// hint is what an insert of t's rows of b announces: by column name the
+// bytes of each String column's values, measured. nil for a table not
+// written a column at a time, or no rows. Before the table's first insert
+// every column of Go strings is announced (a LowCardinality dictionary too,
+// that once).
+func (s *strSizes) hint(t *table, b *pipeline.Batch, cfg *ClickHouseConfig) *colHint {
+	if t.cols == nil {
 		return nil
 	}
+	rows := t.rows(b)
+	if rows == 0 {
+		return nil
+	}
+	c := &columns{n: rows, measure: true, strBytes: make([]int, len(t.columns))}
+	for i := range c.strBytes {
+		c.strBytes[i] = -1
+	}
+	t.cols(c, b, cfg)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	per := s.perRow[t.name]
-	if per == nil {
-		return nil
-	}
-	h := &colHint{rows: rows, bytes: make(map[string]int, len(per))}
-	for i, b := range per {
-		if b > 0 && i < len(t.columns) {
-			h.bytes[strings.Trim(t.columns[i], "`")] = int(b*float64(rows)*1.125) + 64
+	plain := s.plain[t.name]
+	s.mu.Unlock()
+	h := &colHint{rows: rows, bytes: make(map[string]int, len(t.columns))}
+	for i, n := range c.strBytes {
+		if n >= 0 && i < len(t.columns) && (plain == nil || i < len(plain) && plain[i]) {
+			h.bytes[strings.Trim(t.columns[i], "`")] = n
 		}
 	}
 	return h
 }
 
-// record keeps the sizes of an insert of rows rows into t: the bytes of
-// its String columns by column index. A column's bytes per row follow a
-// larger figure at once and a smaller one by a tenth an insert: the rows of
-// one batch are longer than the last one's as often as not, and a column
-// that outgrows its size is copied whole once more.
-func (s *strSizes) record(t *table, rows int, bytes []int) {
-	if rows == 0 || len(bytes) == 0 {
+// learn keeps which of t's columns the server's block has as plain String.
+func (s *strSizes) learn(t *table, cols []column.Interface) {
+	if t.cols == nil {
 		return
+	}
+	plain := make([]bool, len(cols))
+	for i, c := range cols {
+		plain[i] = c != nil && c.Type() == "String"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.perRow == nil {
-		s.perRow = map[string][]float64{}
+	if s.plain == nil {
+		s.plain = map[string][]bool{}
 	}
-	per := s.perRow[t.name]
-	if len(per) < len(bytes) {
-		per = append(per, make([]float64, len(bytes)-len(per))...)
-		s.perRow[t.name] = per
-	}
-	for i, b := range bytes {
-		per[i] = max(float64(b)/float64(rows), per[i]*0.9)
-	}
+	s.plain[t.name] = plain
 }

@@ -8,6 +8,8 @@ import (
 
 	chproto "github.com/ClickHouse/ch-go/proto"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -16,48 +18,64 @@ func TestStrSizesHint(t *testing.T) {
 	if nccl.name != "nccl_events" || nccl.cols == nil {
 		t.Fatalf("first table is %s (cols %v); want nccl_events written a column at a time", nccl.name, nccl.cols != nil)
 	}
+	cfg := DefaultClickHouseConfig()
 	var s strSizes
-	if h := s.hint(nccl, 100); h != nil {
-		t.Errorf("hint before any insert = %+v; want nil", h)
+	b := &pipeline.Batch{}
+	if h := s.hint(nccl, b, &cfg); h != nil {
+		t.Errorf("hint for no rows = %+v; want nil", h)
 	}
-	// Column 0 is topic (a String), 1 partition, 2 offset (not).
-	bytes := make([]int, len(nccl.columns))
-	bytes[0], bytes[17] = 400, 10000 // 4 and 100 bytes a row of 100 rows
-	s.record(nccl, 100, bytes)
-	h := s.hint(nccl, 1000)
+	b.Events = []pipeline.EventRow{
+		{Source: pipeline.Source{Topic: "nccl", Offset: 1}, Job: "train-a", Pod: "", Line: strings.Repeat("x", 100)},
+		{Source: pipeline.Source{Topic: "nccl", Offset: 2}, Job: "b", Pod: "", Line: strings.Repeat("y", 20)},
+	}
+	// Before any insert every column of Go strings is measured, whatever
+	// the server made it.
+	h := s.hint(nccl, b, &cfg)
 	if h == nil {
-		t.Fatal("hint after an insert = nil")
+		t.Fatal("hint = nil; want the measured sizes")
 	}
-	if h.rows != 1000 {
-		t.Errorf("hint rows = %d; want 1000", h.rows)
+	if h.rows != 2 {
+		t.Errorf("hint rows = %d; want 2", h.rows)
 	}
-	want := map[string]int{"topic": 4*1000*9/8 + 64, "text": 100*1000*9/8 + 64}
+	want := map[string]int{"topic": 8, "job": 8, "namespace": 0, "cluster": 0, "pod": 0, "container": 0, "node": 0,
+		"host": 0, "pid": 0, "kind": 0, "text": 120}
 	if len(h.bytes) != len(want) {
 		t.Errorf("hint bytes = %v; want %v", h.bytes, want)
 	}
 	for name, n := range want {
-		if h.bytes[name] != n {
-			t.Errorf("hint bytes[%s] = %d; want %d", name, h.bytes[name], n)
+		if got, ok := h.bytes[name]; !ok || got != n {
+			t.Errorf("hint bytes[%s] = %d (present %v); want %d", name, got, ok, n)
 		}
 	}
-	// Shorter rows lower the size by a tenth an insert; longer ones raise
-	// it at once.
-	bytes[0], bytes[17] = 400, 5000
-	s.record(nccl, 100, bytes)
-	if got, want := s.hint(nccl, 1000).bytes["text"], 90*1000*9/8+64; got != want {
-		t.Errorf("after an insert of shorter text, hint bytes[text] = %d; want %d", got, want)
+	// Once the server's block said which columns are plain String, only
+	// those are announced (here: not job).
+	plain := make([]column.Interface, len(nccl.columns))
+	for i, name := range nccl.columns {
+		typ := "String"
+		if name == "job" {
+			typ = "LowCardinality(String)"
+		} else if _, ok := want[strings.Trim(name, "`")]; !ok {
+			typ = "Int64"
+		}
+		c, err := column.Type(typ).Column(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain[i] = c
 	}
-	bytes[17] = 20000
-	s.record(nccl, 100, bytes)
-	if got, want := s.hint(nccl, 1000).bytes["text"], 200*1000*9/8+64; got != want {
-		t.Errorf("after an insert of longer text, hint bytes[text] = %d; want %d", got, want)
+	s.learn(nccl, plain)
+	h = s.hint(nccl, b, &cfg)
+	if _, ok := h.bytes["job"]; ok || h.bytes["text"] != 120 || len(h.bytes) != len(want)-1 {
+		t.Errorf("after learning, hint bytes = %v; want %v less job", h.bytes, want)
 	}
-	if h := s.hint(nccl, 0); h != nil {
-		t.Errorf("hint for no rows = %+v; want nil", h)
+	// The text column is measured as stored: capped at max_line_bytes.
+	cfg.MaxLineBytes = 50
+	if got := s.hint(nccl, b, &cfg).bytes["text"]; got != len(capText(b.Events[0].Line, 50))+20 {
+		t.Errorf("hint bytes[text] with max_line_bytes 50 = %d; want %d", got, len(capText(b.Events[0].Line, 50))+20)
 	}
 	for _, tb := range allTables() {
 		if tb.cols == nil {
-			if h := s.hint(&tb, 10); h != nil {
+			if h := s.hint(&tb, b, &cfg); h != nil {
 				t.Errorf("hint for %s, written row by row = %+v; want nil", tb.name, h)
 			}
 		}
@@ -102,6 +120,7 @@ func TestClickHouseSizedColumns(t *testing.T) {
 	if plain < 20 {
 		t.Fatalf("%d String columns in nccl_events and training_steps; want 20 or more", plain)
 	}
+	lc := queryInt(t, c, "SELECT count() FROM system.columns WHERE database = ? AND table IN ('nccl_events', 'training_steps') AND type = 'LowCardinality(String)'", db)
 	sized0 := sized.Load()
 	for round, rows := range []int{10, 300, 40} {
 		b := &pipeline.Batch{}
@@ -125,13 +144,10 @@ func TestClickHouseSizedColumns(t *testing.T) {
 		if h := announced.Load(); h != nil {
 			t.Fatalf("round %d: a hint is still announced after the inserts: %+v", round, h)
 		}
-		if h := c.strSizes.hint(&allTables()[0], 1); h == nil || h.bytes["text"] == 0 || h.bytes["job"] == 0 {
-			t.Errorf("round %d: nccl_events hint = %+v; want text and job sizes", round, h)
-		}
-		// Round 0 has nothing to announce; from round 1 on, every String
-		// column of both tables is made at its announced size (a
-		// LowCardinality(String) one, on a server that has them, is not).
-		if got, want := sized.Load()-sized0, uint64(round)*plain; got != want {
+		// Every String column of both tables is made at its announced
+		// size, from the first insert on; a LowCardinality(String) one's
+		// dictionary, on a server that has them, only in the first.
+		if got, want := sized.Load()-sized0, uint64(round+1)*plain+lc; got != want {
 			t.Errorf("after round %d: %d columns made at an announced size; want %d", round, got, want)
 		}
 	}
