@@ -1531,11 +1531,15 @@ func scanDateTime(b []byte, comma bool) (f dateTime, n int, ok bool) {
 		if j == n+1 {
 			return f, 0, false
 		}
-		scale := int(1e8)
-		for _, c := range b[n+1 : j] {
-			nsec += int(c-'0') * scale
-			scale /= 10
+		// Nanoseconds: the first nine digits, the rest cut off.
+		frac := b[n+1 : j]
+		if len(frac) > 9 {
+			frac = frac[:9]
 		}
+		for _, c := range frac {
+			nsec = nsec*10 + int(c-'0')
+		}
+		nsec *= pow10[9-len(frac)]
 		n = j
 	}
 	offset := 0
@@ -1581,6 +1585,9 @@ func digits(b []byte) (int, bool) {
 	}
 	return v, true
 }
+
+// pow10 are the powers of ten up to 10^9.
+var pow10 = [...]int{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9}
 
 func daysIn(month, year int) int {
 	switch month {

@@ -840,7 +840,7 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 		}
 		v := i + 1 + len(hfStepKeys[k])
 		e := v
-		for e < n && (isDigit(b[e]) || b[e] == '.' || b[e] == 'e' || b[e] == '-' || b[e] == '+') {
+		for e < n && numberByte[b[e]] {
 			e++
 		}
 		if e == v || e == n {
@@ -874,6 +874,15 @@ func hfStep(b []byte, tl *pipeline.TelemetryLine) bool {
 	tl.Kind, tl.Framework, tl.Loss = pipeline.TelemetryStep, pipeline.FrameworkHF, v
 	return true
 }
+
+// numberByte holds the bytes of a number as Python prints it: digits, '.',
+// 'e', '-', '+'.
+var numberByte = func() (t [256]bool) {
+	for _, c := range []byte("0123456789.e-+") {
+		t[c] = true
+	}
+	return t
+}()
 
 // hfStepKeys are the keys hfStep reads, each with its closing quote and
 // ": ".
