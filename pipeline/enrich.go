@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -100,8 +99,6 @@ type Inventory struct {
 	nodes map[string]NodeFacts
 	mod   time.Time
 	size  int64
-	// gen counts the reloads that replaced nodes (generation).
-	gen atomic.Uint64
 }
 
 // LoadInventory reads path.
@@ -136,18 +133,8 @@ func (inv *Inventory) Reload() (bool, error) {
 	}
 	inv.mu.Lock()
 	inv.nodes, inv.mod, inv.size = nodes, st.ModTime(), st.Size()
-	inv.gen.Add(1)
 	inv.mu.Unlock()
 	return true, nil
-}
-
-// generation changes whenever a reload replaces the nodes: what was read
-// from the inventory before may be kept as long as it stays the same.
-func (inv *Inventory) generation() uint64 {
-	if inv == nil {
-		return 0
-	}
-	return inv.gen.Load()
 }
 
 // Node returns the facts of a node.

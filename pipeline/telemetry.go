@@ -429,11 +429,6 @@ type TelemetryAssembler struct {
 	lastPart   partKey
 	lastFold   *partFold
 	meta       rowMeta
-	// metaOf and metaGen are the Meta value and inventory generation meta
-	// was made from: a decoder shares one immutable Meta between the
-	// records of a key, so consecutive lines mostly have the same.
-	metaOf  *Meta
-	metaGen uint64
 }
 
 // partFold is one partition's open fold window: the rows of step lines
@@ -710,19 +705,13 @@ type rowMeta struct {
 	canary      bool
 }
 
-// rowMeta returns the row metadata of m, valid until the next call. m
-// must not change after the call (Meta values are shared and immutable).
+// rowMeta returns the row metadata of m, valid until the next call.
 func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
 	r := &a.meta
 	if m == nil {
-		*r, a.metaOf = rowMeta{}, nil
+		*r = rowMeta{}
 		return r
 	}
-	gen := a.inv.generation()
-	if m == a.metaOf && gen == a.metaGen {
-		return r
-	}
-	a.metaOf, a.metaGen = m, gen
 	*r = rowMeta{Meta: *m}
 	for _, l := range a.cfg.PoolLabels {
 		if v := m.Labels[l]; v != "" {
