@@ -203,3 +203,29 @@ func BenchmarkColStr(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStrSizesHint measures a 30 000-row training_steps batch's
+// String values (strSizes.hint), the pass that replaced the columns'
+// growth BenchmarkColStr measures.
+func BenchmarkStrSizesHint(b *testing.B) {
+	var tb *table
+	for i := range telemetryTables {
+		if telemetryTables[i].name == "training_steps" {
+			tb = &telemetryTables[i]
+		}
+	}
+	batch := &pipeline.Batch{}
+	for i := range 30000 {
+		job := fmt.Sprintf("load-j%04d", i%64)
+		batch.Steps = append(batch.Steps, pipeline.TrainingStep{Source: pipeline.Source{Topic: "ncclwatch-load", Offset: int64(i)},
+			Job: job, Namespace: "ml-research", Cluster: "c1", Pod: fmt.Sprintf("%s-worker-%d", job, i%8), Node: fmt.Sprintf("gpu-node-%d", i%8),
+			Pool: "h100", Model: "llama-7b", Framework: "megatron", Kind: "step", Step: int64(i), Ranks: 16, Network: "IB", NetworkClass: "rdma"})
+	}
+	cfg := DefaultClickHouseConfig()
+	var s strSizes
+	for b.Loop() {
+		if h := s.hint(tb, batch, &cfg); h == nil || h.bytes["job"] != 30000*len("load-j0000") {
+			b.Fatalf("hint = %+v", h)
+		}
+	}
+}
