@@ -661,7 +661,7 @@ func col[T any](c *columns, v func(j int) T) {
 		return
 	}
 	if c.measure {
-		if str, ok := any(v).(func(int) string); ok {
+		if str, ok := any(v).(func(int) string); ok && c.i < len(c.strBytes) {
 			total := 0
 			for j := range c.n {
 				total += len(str(j))
