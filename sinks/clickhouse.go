@@ -22,7 +22,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
@@ -629,11 +628,10 @@ var tables = []table{
 // every one; issue 9 measured the row-wise training_steps append at two
 // thirds of the insert CPU. Columns go in the table's column order.
 type columns struct {
-	d    driver.Batch
-	cols []column.Interface // d's, by index
-	n    int                // rows
-	i    int                // next column
-	err  error
+	d   driver.Batch
+	n   int // rows
+	i   int // next column
+	err error
 	// scratch holds a slice per column type, reused from column to column
 	// and, through scratchPool, from insert to insert: the driver copies
 	// the values (the columns of a batch are one allocation per type, not
@@ -651,8 +649,7 @@ type columns struct {
 var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
 
 func newColumns(d driver.Batch, rows int) *columns {
-	cols := d.Columns()
-	return &columns{d: d, cols: cols, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
+	return &columns{d: d, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
 }
 
 // col appends the next column, v(j) being row j's value.
@@ -704,7 +701,7 @@ func (c *columns) done() error {
 	if c.err != nil {
 		return c.err
 	}
-	if n := len(c.cols); c.i != n {
+	if n := len(c.d.Columns()); c.i != n {
 		return fmt.Errorf("%d columns appended; the insert has %d", c.i, n)
 	}
 	return nil
