@@ -640,8 +640,10 @@ type columns struct {
 	// filled again or the pool drops it.
 	scratch map[reflect.Type]any
 	// measure: nothing is appended; strBytes gets, by column index, the
-	// bytes of each column of Go strings (strSizes.hint).
+	// bytes of each column of Go strings that only marks (every one when
+	// only is nil) (strSizes.hint).
 	measure  bool
+	only     []bool
 	strBytes []int
 }
 
@@ -658,7 +660,8 @@ func col[T any](c *columns, v func(j int) T) {
 		return
 	}
 	if c.measure {
-		if str, ok := any(v).(func(int) string); ok && c.i < len(c.strBytes) {
+		wanted := c.only == nil || c.i < len(c.only) && c.only[c.i]
+		if str, ok := any(v).(func(int) string); ok && wanted && c.i < len(c.strBytes) {
 			total := 0
 			for j := range c.n {
 				total += len(str(j))

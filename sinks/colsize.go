@@ -110,17 +110,17 @@ func (s *strSizes) hint(t *table, b *pipeline.Batch, cfg *ClickHouseConfig) *col
 	if rows == 0 {
 		return nil
 	}
-	c := &columns{n: rows, measure: true, strBytes: make([]int, len(t.columns))}
+	s.mu.Lock()
+	plain := s.plain[t.name]
+	s.mu.Unlock()
+	c := &columns{n: rows, measure: true, only: plain, strBytes: make([]int, len(t.columns))}
 	for i := range c.strBytes {
 		c.strBytes[i] = -1
 	}
 	t.cols(c, b, cfg)
-	s.mu.Lock()
-	plain := s.plain[t.name]
-	s.mu.Unlock()
 	h := &colHint{rows: rows, bytes: make(map[string]int, len(t.columns))}
 	for i, n := range c.strBytes {
-		if n >= 0 && i < len(t.columns) && (plain == nil || i < len(plain) && plain[i]) {
+		if n >= 0 {
 			h.bytes[strings.Trim(t.columns[i], "`")] = n
 		}
 	}
