@@ -2,9 +2,12 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -45,6 +48,11 @@ type fetcher struct {
 	fatal chan<- error
 	warn  chan<- error
 	size  int // messages per chunk
+
+	// legacy is set once a fetch response held message format v0/v1: this
+	// partition is read through kafka-go from then on.
+	legacy bool
+	corr   int32 // the native fetch's last correlation id
 }
 
 // run fetches until ctx is done or an error that retrying will not fix.
@@ -57,12 +65,20 @@ func (f *fetcher) run(ctx context.Context) {
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			return
 		}
-		conn, start, err := f.connect(ctx, off)
+		conn, raw, start, err := f.connect(ctx, off)
 		if err == nil {
 			attempt = 0
 			off = start
-			off, err = f.read(ctx, conn, off)
+			if raw.conn != nil {
+				off, err = f.readNative(ctx, conn, raw, off)
+			} else {
+				off, err = f.read(ctx, conn, off)
+			}
 			conn.Close()
+		}
+		if errors.Is(err, errLegacyFormat) {
+			f.legacy = true
+			continue
 		}
 		if ctx.Err() != nil {
 			return
@@ -85,21 +101,41 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 }
 
+// nativeConn is the connection under a kafka.Conn that the native fetch
+// reads, and the Fetch version it speaks; conn nil: read through kafka-go.
+type nativeConn struct {
+	conn    net.Conn
+	version int16
+}
+
 // connect dials the partition's leader and seeks to off, a real offset or
 // kafka.FirstOffset / LastOffset; an offset before the log's start (deleted
-// by retention) starts at the first one. It returns the absolute offset.
-func (f *fetcher) connect(ctx context.Context, off int64) (*kafka.Conn, int64, error) {
+// by retention) starts at the first one. It returns the absolute offset,
+// and the connection for the native fetch unless kafka-go reads this one.
+func (f *fetcher) connect(ctx context.Context, off int64) (*kafka.Conn, nativeConn, int64, error) {
 	var err error
+	native := f.s.cfg.FetchDecoder == FetchNative && !f.legacy
 	for _, b := range f.s.cfg.Brokers {
 		var conn *kafka.Conn
-		conn, err = f.s.dialer.DialLeader(ctx, "tcp", b, f.p.Topic, int(f.p.Partition))
+		var raw nativeConn
+		d := f.s.dialer
+		if native {
+			d = captureDialer(d, &raw.conn)
+		}
+		conn, err = d.DialLeader(ctx, "tcp", b, f.p.Topic, int(f.p.Partition))
 		if err != nil {
 			continue
 		}
 		first, last, oerr := offsets(conn)
+		if oerr == nil && native {
+			raw.version, oerr = fetchVersionOf(conn)
+			if raw.version < minFetchVersion {
+				raw.conn = nil
+			}
+		}
 		if oerr != nil {
 			conn.Close()
-			return nil, 0, oerr
+			return nil, nativeConn{}, 0, oerr
 		}
 		switch {
 		case off == kafka.LastOffset:
@@ -109,12 +145,69 @@ func (f *fetcher) connect(ctx context.Context, off int64) (*kafka.Conn, int64, e
 		}
 		if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
 			conn.Close()
-			return nil, 0, err
+			return nil, nativeConn{}, 0, err
 		}
 		_ = conn.SetDeadline(time.Time{})
-		return conn, off, nil
+		return conn, raw, off, nil
 	}
-	return nil, 0, err
+	return nil, nativeConn{}, 0, err
+}
+
+// captureDialer returns a copy of d that stores in *raw each connection it
+// opens, TLS included (done here instead of by kafka-go, so that *raw is
+// the stream kafka-go's SASL and requests run on): after DialLeader, the
+// leader's. The native fetch writes and reads it directly, never while
+// the kafka.Conn on it is in a request.
+func captureDialer(d *kafka.Dialer, raw *net.Conn) *kafka.Dialer {
+	c := *d
+	tc := c.TLS
+	c.TLS = nil
+	nd := &net.Dialer{LocalAddr: d.LocalAddr, FallbackDelay: d.FallbackDelay, KeepAlive: d.KeepAlive}
+	c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := nd.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc != nil {
+			cfg := tc
+			if cfg.ServerName == "" {
+				// As kafka-go does: the certificate must name the dialled host.
+				cfg = tc.Clone()
+				host, _, herr := net.SplitHostPort(addr)
+				if herr != nil {
+					host = addr
+				}
+				cfg.ServerName = host
+			}
+			t := tls.Client(conn, cfg)
+			if err := t.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			conn = t
+		}
+		*raw = conn
+		return conn, nil
+	}
+	return &c
+}
+
+// fetchVersionOf returns the Fetch version for the native fetch on conn:
+// the broker's newest up to fetchVersion (0 when it has none).
+func fetchVersionOf(conn *kafka.Conn) (int16, error) {
+	vs, err := conn.ApiVersions()
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range vs {
+		if v.ApiKey == fetchAPIKey {
+			if v.MaxVersion < minFetchVersion || v.MinVersion > fetchVersion {
+				return 0, nil
+			}
+			return min(v.MaxVersion, fetchVersion), nil
+		}
+	}
+	return 0, nil
 }
 
 // offsets reads the partition's first and last offsets.
@@ -146,36 +239,127 @@ func (f *fetcher) read(ctx context.Context, conn *kafka.Conn, off int64) (int64,
 		if err == nil {
 			err = cerr
 		}
-		switch {
-		case err == nil, errors.Is(err, kafka.RequestTimedOut):
-			// The fetch returned everything it had, or nothing within
-			// MaxWait: fetch again.
-			continue
-		case errors.Is(err, kafka.OffsetOutOfRange):
-			first, last, oerr := offsets(conn)
-			if oerr != nil {
-				return off, oerr
-			}
-			switch {
-			case off < first: // deleted by retention meanwhile
-				off = first
-			case off < last: // more arrived since: retry at once
-			default: // past the end: wait for records
-				if !sleep(ctx, f.s.cfg.MaxWait) {
-					return off, nil
-				}
-			}
+		oor := errors.Is(err, kafka.OffsetOutOfRange)
+		if off, err = f.after(ctx, conn, off, err); err != nil || ctx.Err() != nil {
+			return off, err
+		}
+		if oor {
 			if _, err := conn.Seek(off, kafka.SeekAbsolute); err != nil {
 				return off, err
 			}
 			_ = conn.SetDeadline(time.Time{})
-		default:
-			// Broken connection, a leader that moved, an unknown error:
-			// reconnect (to the leader of the moment) from off.
+		}
+	}
+	return off, nil
+}
+
+// after decides what follows a fetch that ended with err at offset off:
+// fetch again from the offset it returns, or (error) reconnect.
+func (f *fetcher) after(ctx context.Context, conn *kafka.Conn, off int64, err error) (int64, error) {
+	switch {
+	case err == nil, errors.Is(err, kafka.RequestTimedOut):
+		// The fetch returned everything it had, or nothing within
+		// MaxWait: fetch again.
+		return off, nil
+	case errors.Is(err, kafka.OffsetOutOfRange):
+		first, last, oerr := offsets(conn)
+		if oerr != nil {
+			return off, oerr
+		}
+		switch {
+		case off < first: // deleted by retention meanwhile
+			off = first
+		case off < last: // more arrived since: retry at once
+		default: // past the end: wait for records
+			sleep(ctx, f.s.cfg.MaxWait)
+		}
+		return off, nil
+	default:
+		// Broken connection, a leader that moved, a corrupt batch, an
+		// unknown error: reconnect (to the leader of the moment) from off.
+		return off, err
+	}
+}
+
+// readNative is read for the native fetch: Fetch requests written to
+// raw, responses decoded by decodeFetchResponse and batchDecoder.
+func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeConn, off int64) (int64, error) {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var (
+		req, body []byte
+		dec       batchDecoder
+		shared    bool // body holds records handed on: the next response needs a new one
+	)
+	for ctx.Err() == nil {
+		f.corr++
+		req = appendFetchRequest(req[:0], fetchRequest{version: raw.version, correlation: f.corr,
+			topic: f.p.Topic, partition: f.p.Partition, offset: off,
+			minBytes: int32(f.s.cfg.MinBytes), maxBytes: int32(f.s.cfg.MaxBytes), maxWait: f.s.cfg.MaxWait})
+		var err error
+		body, err = f.roundTrip(raw.conn, req, body, shared)
+		var res fetchResult
+		if err == nil {
+			res, err = decodeFetchResponse(body, raw.version, f.corr, f.p.Topic, f.p.Partition)
+			f.s.nativeFetches.Add(1)
+		}
+		if err == nil {
+			var msgs []Message
+			next := off
+			tmpl := Message{Topic: f.p.Topic, Partition: f.p.Partition, HighWaterMark: res.highWaterMark}
+			msgs, next, shared, err = dec.decode(res.records, off, tmpl, nil)
+			// What decoded before an error is delivered; the error is
+			// handled after (the next offset is past the good batches).
+			if !f.sendAll(ctx, msgs) {
+				return off, nil
+			}
+			off = next
+		}
+		if ctx.Err() != nil {
+			return off, nil
+		}
+		if off, err = f.after(ctx, conn, off, err); err != nil {
 			return off, err
 		}
 	}
 	return off, nil
+}
+
+// roundTrip writes req on c and reads the response's body into buf (a new
+// buffer when fresh is set or buf is too small).
+func (f *fetcher) roundTrip(c net.Conn, req, buf []byte, fresh bool) ([]byte, error) {
+	_ = c.SetDeadline(time.Now().Add(f.s.cfg.MaxWait + readTimeout))
+	if _, err := c.Write(req); err != nil {
+		return buf, err
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(c, size[:]); err != nil {
+		return buf, err
+	}
+	n := int(int32(binary.BigEndian.Uint32(size[:])))
+	if n < 8 || n > maxResponse {
+		return buf, fmt.Errorf("fetch response of %d bytes", n)
+	}
+	if fresh || cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return buf, err
+	}
+	return buf, nil
+}
+
+// sendAll queues msgs in chunks of f.size; false when ctx ended first.
+func (f *fetcher) sendAll(ctx context.Context, msgs []Message) bool {
+	for len(msgs) > 0 {
+		n := min(len(msgs), f.size)
+		if !f.send(ctx, chunk{msgs: msgs[:n:n]}) {
+			return false
+		}
+		msgs = msgs[n:]
+	}
+	return true
 }
 
 // drain reads the batch's messages into chunks and queues them. It returns

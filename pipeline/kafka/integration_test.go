@@ -24,6 +24,8 @@ func TestIntegrationResumeAfterCommit(t *testing.T) { testResume(t, realBrokers(
 
 func TestIntegrationRebalance(t *testing.T) { testRebalance(t, realBrokers(t)) }
 
+func TestIntegrationFetchDecoders(t *testing.T) { testFetchDecoders(t, realBrokers(t)) }
+
 // TestIntegrationEnsureTopic: replay's topic set-up on the real broker
 // (single node, auto.create.topics.enable=true as deploy/local configures).
 func TestIntegrationEnsureTopic(t *testing.T) {

@@ -1,8 +1,11 @@
 package kafka
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -402,5 +405,84 @@ loop:
 		if m.Offset+1 != m.HighWaterMark {
 			t.Errorf("partition %d: last record %d, HighWaterMark %d: not seen read to its end", p, m.Offset, m.HighWaterMark)
 		}
+	}
+}
+
+// testFetchDecoders: records written with every compression codec, some
+// with null keys, empty values, headers-free and large values, read by the
+// native fetch and by kafka-go's Batch reader: the same messages (offset,
+// key, value, time), every one, in order.
+func testFetchDecoders(t *testing.T, brokers []string) {
+	for _, codec := range []string{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
+		t.Run(codec, func(t *testing.T) {
+			topic := newTopic(t, brokers, 2)
+			pc := DefaultProducerConfig()
+			pc.Brokers, pc.Topic, pc.Compression = brokers, topic, codec
+			p, err := NewProducer(pc)
+			if err != nil {
+				t.Fatalf("NewProducer: %v", err)
+			}
+			const n = 400
+			msgs := make([]ProducerMessage, n)
+			for i := range msgs {
+				m := &msgs[i]
+				if i%5 != 0 {
+					m.Key = fmt.Appendf(nil, "pod-%d", i%9)
+				}
+				switch {
+				case i%7 == 0:
+					m.Value = []byte{}
+				case i%50 == 3:
+					m.Value = bytes.Repeat(fmt.Appendf(nil, "NCCL INFO record %d ", i), 5000) // ~100 KB
+				default:
+					m.Value = fmt.Appendf(nil, `{"log":"line %d"}`, i)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+			defer cancel()
+			if err := p.Produce(ctx, msgs); err != nil {
+				t.Fatalf("Produce: %v", err)
+			}
+			p.Close()
+
+			var got [2][]Message
+			for i, dec := range []string{FetchNative, FetchKafkaGo} {
+				cfg := testConfig(brokers, topic, uniq("group"))
+				cfg.FetchDecoder = dec
+				r := &recorder{t: t}
+				src := mustSource(t, cfg)
+				stop := run(t, src, r)
+				waitFor(t, waitLong, dec+": all messages", func() bool { return len(r.messages()) >= n })
+				if err := stop(); err != nil {
+					t.Fatalf("%s: Run = %v", dec, err)
+				}
+				if nf := src.nativeFetches.Load(); (nf > 0) != (dec == FetchNative) {
+					t.Fatalf("%s: %d fetch responses read by the native decoder", dec, nf)
+				}
+				got[i] = r.messages()
+				checkContiguous(t, dec, got[i], nil)
+				slices.SortFunc(got[i], func(a, b Message) int {
+					return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+				})
+			}
+			if len(got[0]) != n || len(got[1]) != n {
+				t.Fatalf("native read %d, kafka-go %d messages; want %d", len(got[0]), len(got[1]), n)
+			}
+			values := map[string]bool{}
+			for i := range got[0] {
+				a, b := got[0][i], got[1][i]
+				if a.Partition != b.Partition || a.Offset != b.Offset || !bytes.Equal(a.Key, b.Key) ||
+					!bytes.Equal(a.Value, b.Value) || !a.Time.Equal(b.Time) {
+					t.Fatalf("message %d: native %d/%d key %q value %.40q time %v; kafka-go %d/%d key %q value %.40q time %v",
+						i, a.Partition, a.Offset, a.Key, a.Value, a.Time, b.Partition, b.Offset, b.Key, b.Value, b.Time)
+				}
+				values[string(a.Value)] = true
+			}
+			for _, m := range msgs {
+				if !values[string(m.Value)] {
+					t.Fatalf("produced value %.40q not read", m.Value)
+				}
+			}
+		})
 	}
 }

@@ -129,6 +129,9 @@ type Source struct {
 	// queued counts the messages in queue (updated after a send and a
 	// receive, so it may be off by a chunk for a moment).
 	queued atomic.Int64
+	// nativeFetches counts the fetch responses the native decoder read
+	// (tests: that it, not kafka-go, read them).
+	nativeFetches atomic.Int64
 }
 
 // generation is one assignment of partitions to this member.

@@ -29,6 +29,8 @@ func TestRebalance(t *testing.T) { testRebalance(t, newFake(t)) }
 
 func TestEmit(t *testing.T) { testEmit(t, newFake(t)) }
 
+func TestFetchDecoders(t *testing.T) { testFetchDecoders(t, newFake(t)) }
+
 // TestBackpressure blocks the handler with a one-message queue: nothing is
 // delivered meanwhile, delivery resumes when the handler does, and a
 // handler blocked on a slow sink lets Run stop promptly.

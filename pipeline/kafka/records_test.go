@@ -1,0 +1,436 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pierrec/lz4/v4"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/fetch"
+)
+
+// Unit tests of the native fetch's decoders on record batches written by
+// an independent encoder, kafka-go's protocol package (the one its
+// producer uses). The real broker's batches are read in the integration
+// tests (TestIntegrationFetchDecoders).
+
+// testRecord is what a batch is built from and a decoded message compared
+// with.
+type testRecord struct {
+	key, value []byte // nil: null
+	ts         int64  // milliseconds
+}
+
+// encodeBatch returns the record batch kafka-go's protocol encoder writes
+// for recs with attrs, its base offset set to base.
+func encodeBatch(t testing.TB, base int64, attrs protocol.Attributes, recs []testRecord) []byte {
+	t.Helper()
+	rs := make([]protocol.Record, len(recs))
+	for i, r := range recs {
+		rs[i] = protocol.Record{Time: time.UnixMilli(r.ts)}
+		if r.key != nil {
+			rs[i].Key = protocol.NewBytes(r.key)
+		}
+		if r.value != nil {
+			rs[i].Value = protocol.NewBytes(r.value)
+		}
+		if i%3 == 1 {
+			rs[i].Headers = []protocol.Header{{Key: "h", Value: []byte("header value")}, {Key: "n"}}
+		}
+	}
+	set := protocol.RecordSet{Version: 2, Attributes: attrs, Records: protocol.NewRecordReader(rs...)}
+	var buf bytes.Buffer
+	if _, err := set.WriteTo(&buf); err != nil {
+		t.Fatalf("RecordSet.WriteTo: %v", err)
+	}
+	b := buf.Bytes()
+	// The set is written as in a response: its size, then the batch.
+	if len(b) < 4+batchHeaderSize || int(binary.BigEndian.Uint32(b)) != len(b)-4 || b[4+16] != 2 {
+		t.Fatalf("encoded record set of %d bytes: size %d, magic %d", len(b), binary.BigEndian.Uint32(b), b[4+16])
+	}
+	b = b[4:]
+	binary.BigEndian.PutUint64(b, uint64(base)) // outside the CRC
+	return b
+}
+
+// testRecords returns n records of varied sizes; some keys are null, some
+// values empty.
+func testRecords(n int, seed int) []testRecord {
+	recs := make([]testRecord, n)
+	for i := range recs {
+		r := &recs[i]
+		if (i+seed)%4 != 0 {
+			r.key = fmt.Appendf(nil, "pod-%d", (i+seed)%7)
+		}
+		switch (i + seed) % 5 {
+		case 0:
+			r.value = []byte{}
+		default:
+			r.value = fmt.Appendf(nil, `{"log":"line %d of %d %s"}`, i, seed, strings.Repeat("NCCL INFO ", (i*seed)%40))
+		}
+		r.ts = 1_700_000_000_000 + int64(i*10+seed)
+	}
+	return recs
+}
+
+func checkDecoded(t *testing.T, got []Message, base int64, want []testRecord) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d messages; want %d", len(got), len(want))
+	}
+	for i, m := range got {
+		w := want[i]
+		if m.Offset != base+int64(i) || !bytes.Equal(m.Key, w.key) || (m.Key == nil) != (w.key == nil) ||
+			!bytes.Equal(m.Value, w.value) || !m.Time.Equal(time.UnixMilli(w.ts)) {
+			t.Fatalf("message %d = offset %d key %q value %q time %v; want %d %q %q %v",
+				i, m.Offset, m.Key, m.Value, m.Time, base+int64(i), w.key, w.value, time.UnixMilli(w.ts))
+		}
+		if m.Topic != "t" || m.Partition != 3 || m.HighWaterMark != 99 {
+			t.Fatalf("message %d: coordinates %s/%d hwm %d not the template's", i, m.Topic, m.Partition, m.HighWaterMark)
+		}
+	}
+}
+
+var tmpl = Message{Topic: "t", Partition: 3, HighWaterMark: 99}
+
+func TestDecodeBatchesCodecs(t *testing.T) {
+	for _, c := range []compress.Compression{compress.None, compress.Gzip, compress.Snappy, compress.Lz4, compress.Zstd} {
+		t.Run(c.String(), func(t *testing.T) {
+			a, b := testRecords(50, 1), testRecords(700, 2)
+			recs := append(encodeBatch(t, 100, protocol.Attributes(c), a), encodeBatch(t, 150, protocol.Attributes(c), b)...)
+			var d batchDecoder
+			got, next, shared, err := d.decode(recs, 100, tmpl, nil)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if next != 850 {
+				t.Errorf("next = %d; want 850", next)
+			}
+			if shared != (c == compress.None) {
+				t.Errorf("shared = %v; want %v (records are slices of the response only uncompressed)", shared, c == compress.None)
+			}
+			checkDecoded(t, got, 100, append(a, b...))
+			// Keys and values are capped: appending to one cannot
+			// overwrite the next.
+			for _, m := range got {
+				if cap(m.Value) != len(m.Value) || cap(m.Key) != len(m.Key) {
+					t.Fatalf("offset %d: key or value capacity beyond its length", m.Offset)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeBatchesFrom(t *testing.T) {
+	recs := testRecords(20, 3)
+	b := encodeBatch(t, 40, protocol.Attributes(compress.Lz4), recs)
+	var d batchDecoder
+	// A fetch at 47 gets the whole batch from 40: 40-46 are dropped.
+	got, next, _, err := d.decode(b, 47, tmpl, nil)
+	if err != nil || next != 60 {
+		t.Fatalf("decode = next %d, %v; want 60, nil", next, err)
+	}
+	checkDecoded(t, got, 47, recs[7:])
+	// A fetch past the batch gets nothing from it, and next stays.
+	got, next, _, err = d.decode(b, 60, tmpl, nil)
+	if err != nil || next != 60 || len(got) != 0 {
+		t.Fatalf("decode past the batch = %d messages, next %d, %v; want none, 60, nil", len(got), next, err)
+	}
+}
+
+func TestDecodeBatchesTruncated(t *testing.T) {
+	a, b := testRecords(30, 4), testRecords(30, 5)
+	first := encodeBatch(t, 0, protocol.Attributes(compress.Snappy), a)
+	second := encodeBatch(t, 30, protocol.Attributes(compress.Snappy), b)
+	var d batchDecoder
+	for _, cut := range []int{1, 16, 17, 60, len(second) - 1} {
+		recs := append(slices.Clone(first), second[:cut]...)
+		got, next, _, err := d.decode(recs, 0, tmpl, nil)
+		if err != nil || next != 30 {
+			t.Fatalf("cut %d: decode = next %d, %v; want 30, nil (the partial batch left for the next fetch)", cut, next, err)
+		}
+		checkDecoded(t, got, 0, a)
+	}
+	// A response with only part of its first batch is an error, not an
+	// empty fetch repeated forever.
+	if _, _, _, err := d.decode(second[:len(second)-1], 30, tmpl, nil); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("decode of a truncated first batch = %v; want a truncation error", err)
+	}
+}
+
+func TestDecodeBatchesCorrupt(t *testing.T) {
+	a, b := testRecords(10, 6), testRecords(10, 7)
+	first := encodeBatch(t, 0, protocol.Attributes(compress.Lz4), a)
+	second := encodeBatch(t, 10, protocol.Attributes(compress.Lz4), b)
+	recs := append(slices.Clone(first), second...)
+	recs[len(first)+batchHeaderSize+5] ^= 0x40 // a byte of the second batch's compressed records
+	var d batchDecoder
+	got, next, _, err := d.decode(recs, 0, tmpl, nil)
+	if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
+		t.Fatalf("decode of a corrupted batch: %v; want a CRC-32C error", err)
+	}
+	if next != 10 {
+		t.Errorf("next = %d; want 10 (after the good batch)", next)
+	}
+	checkDecoded(t, got, 0, a)
+
+	// A batch whose CRC matches but whose records run short (a broken
+	// producer): an error, and none of its records.
+	bad := encodeBatch(t, 10, protocol.Attributes(compress.None), b)
+	binary.BigEndian.PutUint32(bad[57:], 11) // one record more than it holds
+	binary.BigEndian.PutUint32(bad[17:], crc32.Checksum(bad[21:], castagnoli))
+	got, next, _, err = d.decode(append(slices.Clone(first), bad...), 0, tmpl, nil)
+	if err == nil || next != 10 {
+		t.Fatalf("decode of a short batch = next %d, %v; want 10 and an error", next, err)
+	}
+	checkDecoded(t, got, 0, a)
+}
+
+func TestDecodeBatchesControlAndLegacy(t *testing.T) {
+	a := testRecords(5, 8)
+	ctl := encodeBatch(t, 5, protocol.Transactional|protocol.Control, []testRecord{{key: []byte{0, 0, 0, 1}, value: []byte{0, 0, 0, 0, 0, 0}}})
+	data := encodeBatch(t, 6, protocol.Transactional, a)
+	var d batchDecoder
+	got, next, _, err := d.decode(append(slices.Clone(ctl), data...), 5, tmpl, nil)
+	if err != nil || next != 11 {
+		t.Fatalf("decode = next %d, %v; want 11, nil", next, err)
+	}
+	checkDecoded(t, got, 6, a) // the commit marker is not a record
+
+	legacy := slices.Clone(data)
+	legacy[16] = 1
+	if _, _, _, err := d.decode(legacy, 6, tmpl, nil); !errors.Is(err, errLegacyFormat) {
+		t.Fatalf("decode of magic 1 = %v; want errLegacyFormat", err)
+	}
+}
+
+func TestDecodeBatchesLogAppendTime(t *testing.T) {
+	recs := testRecords(4, 9)
+	b := encodeBatch(t, 0, protocol.Attributes(compress.None), recs)
+	binary.BigEndian.PutUint16(b[21:], attrLogAppendTime)
+	binary.BigEndian.PutUint64(b[35:], 1_800_000_000_000) // the broker's append time
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
+	var d batchDecoder
+	got, _, _, err := d.decode(b, 0, tmpl, nil)
+	if err != nil || len(got) != 4 {
+		t.Fatalf("decode = %d messages, %v", len(got), err)
+	}
+	for _, m := range got {
+		if m.Time.UnixMilli() != 1_800_000_000_000 {
+			t.Fatalf("offset %d: time %v; want the batch's log append time", m.Offset, m.Time)
+		}
+	}
+}
+
+// TestLZ4LinkedBlocks: a frame whose second block copies from the first
+// (block independence unset, as LZ4F writes by default); pierrec's writer
+// only writes independent blocks, so the frame is assembled here.
+func TestLZ4LinkedBlocks(t *testing.T) {
+	first := []byte("0123456789abcdefghijklmnopqrstuvwxyz")
+	b1 := make([]byte, lz4.CompressBlockBound(len(first)))
+	n, err := lz4.CompressBlock(first, b1, nil)
+	if err != nil || n == 0 {
+		t.Fatalf("CompressBlock = %d, %v", n, err)
+	}
+	b1 = b1[:n]
+	if n == 0 {
+		b1 = nil
+	}
+	// Block 2: literal "x", then 8 bytes from 30 back (in block 1's
+	// output, which "x" follows at 36: "789abcde"), then the literals
+	// "ENDED".
+	b2 := []byte{1<<4 | (8 - 4), 'x', 30, 0, 5 << 4, 'E', 'N', 'D', 'E', 'D'}
+	frame := binary.LittleEndian.AppendUint32(nil, lz4Magic)
+	frame = append(frame, 0x40, 0x40, 0) // version 1, linked blocks; 64 KiB blocks; header checksum (not checked)
+	for _, blk := range [][]byte{b1, b2} {
+		frame = binary.LittleEndian.AppendUint32(frame, uint32(len(blk)))
+		frame = append(frame, blk...)
+	}
+	frame = binary.LittleEndian.AppendUint32(frame, 0)
+	got, err := lz4Frames(nil, frame)
+	if err != nil {
+		t.Fatalf("lz4Frames: %v", err)
+	}
+	want := string(first) + "x" + "789abcde" + "ENDED"
+	if string(got) != want {
+		t.Fatalf("lz4Frames = %q; want %q", got, want)
+	}
+	// The same second block in a frame of independent blocks has nothing
+	// to copy from: an error, not made-up bytes.
+	frame[4] |= lz4FlagBlockIndep
+	if got, err := lz4Frames(nil, frame); err == nil {
+		t.Fatalf("lz4Frames with independent blocks = %q, nil; want an error", got)
+	}
+}
+
+func TestLZ4FramesGrow(t *testing.T) {
+	// A highly compressible batch decoded into a buffer guessed far too
+	// small: the block is decoded again into a grown one.
+	val := bytes.Repeat([]byte("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"), 2000)
+	recs := []testRecord{{key: []byte("k"), value: val, ts: 1}}
+	b := encodeBatch(t, 0, protocol.Attributes(compress.Lz4), recs)
+	d := batchDecoder{ratio: 0.1}
+	got, _, _, err := d.decode(b, 0, tmpl, nil)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	checkDecoded(t, got, 0, recs)
+	if d.ratio < 10 {
+		t.Errorf("ratio after the batch = %.1f; want the batch's (> 10)", d.ratio)
+	}
+}
+
+func TestFetchRequestResponse(t *testing.T) {
+	// The request as kafka-go's own encoder writes it, for every version
+	// the native fetch may speak.
+	for v := int16(minFetchVersion); v <= fetchVersion; v++ {
+		r := fetchRequest{version: v, correlation: 7, topic: "logs", partition: 2, offset: 12345,
+			minBytes: 1, maxBytes: 1 << 20, maxWait: 500 * time.Millisecond}
+		got := appendFetchRequest(nil, r)
+		if int(binary.BigEndian.Uint32(got)) != len(got)-4 {
+			t.Fatalf("v%d: size prefix %d; want %d", v, binary.BigEndian.Uint32(got), len(got)-4)
+		}
+		var want bytes.Buffer
+		if err := protocol.WriteRequest(&want, v, 7, clientID, fetchRequestMessage(r)); err != nil {
+			t.Fatalf("v%d: protocol.WriteRequest: %v", v, err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("v%d: request\n%x\nkafka-go writes\n%x", v, got, want.Bytes())
+		}
+	}
+}
+
+func TestDecodeFetchResponse(t *testing.T) {
+	want := testRecords(3, 10)
+	set := func(recs []testRecord) protocol.RecordSet {
+		rs := make([]protocol.Record, len(recs))
+		for i, r := range recs {
+			rs[i] = protocol.Record{Offset: int64(i), Time: time.UnixMilli(r.ts), Value: protocol.NewBytes(r.value)}
+			if r.key != nil {
+				rs[i].Key = protocol.NewBytes(r.key)
+			}
+		}
+		return protocol.RecordSet{Version: 2, Records: protocol.NewRecordReader(rs...)}
+	}
+	for v := int16(minFetchVersion); v <= fetchVersion; v++ {
+		resp := &fetch.Response{Topics: []fetch.ResponseTopic{
+			{Topic: "other", Partitions: []fetch.ResponsePartition{{Partition: 2, HighWatermark: 5, RecordSet: set(testRecords(2, 11))}}},
+			{Topic: "logs", Partitions: []fetch.ResponsePartition{
+				{Partition: 1, ErrorCode: int16(kafka.NotLeaderForPartition), RecordSet: set(testRecords(1, 12))},
+				{Partition: 2, HighWatermark: 77, LastStableOffset: 77, PreferredReadReplica: -1,
+					AbortedTransactions: []fetch.ResponseTransaction{{ProducerID: 1, FirstOffset: 2}}, RecordSet: set(want)},
+			}},
+		}}
+		body := responseBody(t, v, 9, resp)
+		res, err := decodeFetchResponse(body, v, 9, "logs", 2)
+		if err != nil || res.highWaterMark != 77 {
+			t.Fatalf("v%d: decode = hwm %d, %v; want 77, nil", v, res.highWaterMark, err)
+		}
+		var d batchDecoder
+		got, _, _, err := d.decode(res.records, 0, tmpl, nil)
+		if err != nil {
+			t.Fatalf("v%d: records: %v", v, err)
+		}
+		checkDecoded(t, got, 0, want)
+		// A partition error comes back as kafka-go's error, for the retry
+		// rules.
+		if _, err := decodeFetchResponse(body, v, 9, "logs", 1); !errors.Is(err, kafka.NotLeaderForPartition) {
+			t.Fatalf("v%d: decode of the partition with an error = %v; want NotLeaderForPartition", v, err)
+		}
+		if _, err := decodeFetchResponse(body, v, 9, "logs", 3); err == nil {
+			t.Fatalf("v%d: a response without the partition decoded", v)
+		}
+		if _, err := decodeFetchResponse(body, v, 8, "logs", 2); err == nil {
+			t.Fatalf("v%d: a response with another correlation id decoded", v)
+		}
+		for cut := range len(body) {
+			if _, err := decodeFetchResponse(body[:cut], v, 9, "logs", 2); err == nil {
+				t.Fatalf("v%d: a response cut at %d of %d bytes decoded", v, cut, len(body))
+			}
+		}
+	}
+}
+
+// responseBody is resp as kafka-go's protocol package writes it, without
+// the size.
+func responseBody(t *testing.T, v int16, corr int32, resp protocol.Message) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := protocol.WriteResponse(&buf, v, corr, resp); err != nil {
+		t.Fatalf("v%d: protocol.WriteResponse: %v", v, err)
+	}
+	b := buf.Bytes()
+	if int(binary.BigEndian.Uint32(b)) != len(b)-4 {
+		t.Fatalf("v%d: response size %d of %d bytes", v, binary.BigEndian.Uint32(b), len(b))
+	}
+	return b[4:]
+}
+
+// fetchRequestMessage is r as kafka-go's protocol package has it.
+func fetchRequestMessage(r fetchRequest) *fetch.Request {
+	return &fetch.Request{ReplicaID: -1, MaxWaitTime: int32(r.maxWait.Milliseconds()), MinBytes: r.minBytes,
+		MaxBytes: r.maxBytes, IsolationLevel: r.isolationRead, SessionID: 0, SessionEpoch: -1,
+		Topics: []fetch.RequestTopic{{Topic: r.topic, Partitions: []fetch.RequestPartition{{
+			Partition: r.partition, CurrentLeaderEpoch: -1, FetchOffset: r.offset, LogStartOffset: -1,
+			PartitionMaxBytes: r.maxBytes}}}},
+		ForgottenTopics: []fetch.RequestForgottenTopic{}}
+}
+
+// FuzzDecodeBatches: whatever a response holds, decoding returns an error
+// or messages inside it, never a panic; run with -fuzz to explore beyond
+// the seeds.
+func FuzzDecodeBatches(f *testing.F) {
+	for i, c := range []compress.Compression{compress.None, compress.Lz4, compress.Gzip} {
+		f.Add(encodeBatch(f, int64(i), protocol.Attributes(c), testRecords(5, i)), int64(i))
+	}
+	f.Fuzz(func(t *testing.T, recs []byte, from int64) {
+		var d batchDecoder
+		got, next, _, err := d.decode(recs, from, tmpl, nil)
+		if next < from {
+			t.Fatalf("next %d < from %d", next, from)
+		}
+		for _, m := range got {
+			if m.Offset < from || m.Offset >= next {
+				t.Fatalf("message offset %d outside [%d, %d) (err %v)", m.Offset, from, next, err)
+			}
+		}
+		if len(recs) >= batchHeaderSize {
+			// The batch itself, as if its CRC matched.
+			got, _, _ := d.batch(recs, from, tmpl, nil)
+			for _, m := range got {
+				if m.Offset < from {
+					t.Fatalf("batch: message offset %d < from %d", m.Offset, from)
+				}
+			}
+		}
+		_, _ = lz4Frames(nil, recs)
+	})
+}
+
+func BenchmarkDecodeBatches(b *testing.B) {
+	var recs []byte
+	n := 0
+	for i := 0; len(recs) < 1<<20; i++ {
+		rs := testRecords(200, i)
+		recs = append(recs, encodeBatch(b, int64(n), protocol.Attributes(compress.Lz4), rs)...)
+		n += len(rs)
+	}
+	b.SetBytes(int64(len(recs)))
+	b.ReportAllocs()
+	var d batchDecoder
+	for b.Loop() {
+		got, _, _, err := d.decode(recs, 0, tmpl, nil)
+		if err != nil || len(got) != n {
+			b.Fatalf("decode = %d messages, %v", len(got), err)
+		}
+	}
+}
