@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/pierrec/lz4/v4"
@@ -266,6 +267,11 @@ type batchDecoder struct {
 // next is the offset after them.
 func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Message) (_ []Message, next int64, shared bool, err error) {
 	next = from
+	if n := countRecords(recs); cap(out)-len(out) < n {
+		// One allocation for the response: growing by append copied
+		// every message about twice (0.5 of 6 CPU-s on the load run).
+		out = slices.Grow(out, n)
+	}
 	for len(recs) >= 17 { // through the magic byte
 		base := int64(binary.BigEndian.Uint64(recs))
 		length := int(int32(binary.BigEndian.Uint32(recs[8:])))
@@ -301,6 +307,24 @@ func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Messa
 	return out, next, shared, nil
 }
 
+// countRecords returns the number of records the complete record batches
+// of recs declare (a bound for sizing: some may lie before the offset
+// asked for, or be transaction markers).
+func countRecords(recs []byte) int {
+	n := 0
+	for len(recs) >= batchHeaderSize {
+		length := int(int32(binary.BigEndian.Uint32(recs[8:])))
+		if length < batchHeaderSize-12 || 12+length > len(recs) || recs[16] != 2 {
+			break
+		}
+		n += int(max(int32(binary.BigEndian.Uint32(recs[57:])), 0))
+		recs = recs[12+length:]
+	}
+	// Counts are not checked yet (a corrupt one is the decoder's error):
+	// a hint only, bounded.
+	return min(n, 1<<17)
+}
+
 // batch appends the records of one complete, checked record batch; own is
 // true when they live in a buffer of their own (decompressed), false when
 // they are slices of batch.
@@ -321,9 +345,6 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 			return out, false, err
 		}
 		own = true
-	}
-	if out == nil && count > 0 {
-		out = make([]Message, 0, min(count, len(data)/8+1))
 	}
 	w := wire{b: data}
 	for i := 0; i < count; i++ {
