@@ -42,6 +42,10 @@ const (
 // and brokers cap batches at message.max.bytes, 1 MiB by default).
 const maxResponse = 256 << 20
 
+// maxDecompressed bounds one record batch decompressed (LZ4 may expand
+// 255-fold): beyond it the batch is an error, not an allocation.
+const maxDecompressed = 1 << 30
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errLegacyFormat is a message set of format v0 or v1 (magic < 2) in a
@@ -250,7 +254,8 @@ const (
 
 // batchDecoder decodes the record batches of fetch responses into
 // messages. It remembers the last decompression ratio to size the next
-// batch's buffer. Not safe for concurrent use.
+// batch's buffer (LZ4 frames are sized exactly). Not safe for concurrent
+// use.
 type batchDecoder struct {
 	ratio float64 // decompressed / compressed bytes of the last compressed batch
 }
@@ -380,12 +385,13 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 // decompress returns the records of a batch compressed with c, in a new
 // buffer.
 func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, error) {
-	guess := int(float64(len(data))*max(d.ratio, 1)*1.05) + 512
 	var out []byte
 	var err error
 	if c == compress.Lz4 {
-		out, err = lz4Frames(make([]byte, 0, guess), data)
+		out, err = lz4Frames(nil, data) // sized exactly
 	} else {
+		// Sized from the last batch's ratio, grown as needed.
+		guess := int(float64(len(data))*max(d.ratio, 1)*1.05) + 512
 		codec := c.Codec()
 		if codec == nil {
 			return nil, fmt.Errorf("unknown compression codec %d", c)
@@ -449,101 +455,35 @@ const (
 )
 
 // lz4Frames appends the decompressed content of the LZ4 frames in src to
-// dst. Blocks are decoded by pierrec/lz4 straight into dst; their xxh32
-// checksums are skipped (the record batch's CRC-32C covers these bytes). A
-// linked block (block independence unset) reads the previous 64 KiB of
-// output as its dictionary.
+// dst. A first pass reads the blocks' sequence headers to learn the exact
+// size, so that dst grows once; then pierrec/lz4 decodes each block
+// straight into it. The blocks' and the content's xxh32 checksums are
+// skipped (the record batch's CRC-32C covers these bytes). A linked block
+// (block independence unset) reads the previous 64 KiB of output as its
+// dictionary.
 func lz4Frames(dst, src []byte) ([]byte, error) {
-	le := binary.LittleEndian
-	for len(src) > 0 {
-		if len(src) < 4 {
-			return dst, io.ErrUnexpectedEOF
-		}
-		magic := le.Uint32(src)
-		if magic&lz4SkippableMask == lz4Skippable {
-			if len(src) < 8 || uint64(le.Uint32(src[4:])) > uint64(len(src)-8) {
-				return dst, io.ErrUnexpectedEOF
-			}
-			src = src[8+le.Uint32(src[4:]):]
-			continue
-		}
-		if magic != lz4Magic {
-			return dst, fmt.Errorf("lz4: bad frame magic %08x", magic)
-		}
-		if len(src) < 7 {
-			return dst, io.ErrUnexpectedEOF
-		}
-		flg, bd := src[4], src[5]
-		if flg>>6 != 1 {
-			return dst, fmt.Errorf("lz4: frame version %d", flg>>6)
-		}
-		blockMax := 1 << (8 + 2*int(bd>>4&7))
-		if blockMax < 64<<10 {
-			return dst, fmt.Errorf("lz4: block size code %d", bd>>4&7)
-		}
-		hdr := 7 // magic, FLG, BD, HC
-		if flg&lz4FlagSize != 0 {
-			if len(src) < 15 {
-				return dst, io.ErrUnexpectedEOF
-			}
-			// A hint only (blocks are bounded as they come): taken up to
-			// 64 MiB, so that a corrupt frame cannot ask for more.
-			if size := le.Uint64(src[6:]); size <= 64<<20 {
-				dst = grow(dst, int(size))
-			}
-			hdr += 8
-		}
-		if flg&lz4FlagDictID != 0 {
-			return dst, errors.New("lz4: frames with a dictionary id are not supported")
-		}
-		src = src[hdr:]
-		linked := flg&lz4FlagBlockIndep == 0
-		for {
-			if len(src) < 4 {
-				return dst, io.ErrUnexpectedEOF
-			}
-			size := le.Uint32(src)
-			src = src[4:]
-			if size == 0 {
-				break
-			}
-			stored := size&0x80000000 != 0
-			size &^= 0x80000000
-			if int(size) > blockMax || int(size) > len(src) {
-				return dst, fmt.Errorf("lz4: block of %d bytes (max %d, %d left)", size, blockMax, len(src))
-			}
-			block := src[:size]
-			src = src[size:]
-			if flg&lz4FlagBlockSum != 0 {
-				if len(src) < 4 {
-					return dst, io.ErrUnexpectedEOF
-				}
-				src = src[4:]
-			}
-			if stored {
-				dst = append(dst, block...)
-				continue
-			}
-			var err error
-			if dst, err = lz4Block(dst, block, blockMax, linked); err != nil {
-				return dst, err
+	size := 0
+	err := eachLZ4Block(src, func(block []byte, stored, _ bool) error {
+		n := len(block)
+		if !stored {
+			if n = lz4BlockLen(block); n < 0 {
+				return errors.New("lz4: corrupt block")
 			}
 		}
-		if flg&lz4FlagContentSum != 0 {
-			if len(src) < 4 {
-				return dst, io.ErrUnexpectedEOF
-			}
-			src = src[4:]
+		if size += n; size > maxDecompressed {
+			return fmt.Errorf("lz4: a batch of over %d MiB decompressed", maxDecompressed>>20)
 		}
+		return nil
+	})
+	if err != nil {
+		return dst, err
 	}
-	return dst, nil
-}
-
-// lz4Block appends the decompressed block to dst, decoding into dst's
-// spare capacity and growing it when the block does not fit (at most
-// blockMax bytes come out of a block).
-func lz4Block(dst, block []byte, blockMax int, linked bool) ([]byte, error) {
-	for {
+	dst = grow(dst, size)
+	err = eachLZ4Block(src, func(block []byte, stored, linked bool) error {
+		if stored {
+			dst = append(dst, block...)
+			return nil
+		}
 		start := len(dst)
 		out := dst[start:cap(dst)]
 		var n int
@@ -553,16 +493,143 @@ func lz4Block(dst, block []byte, blockMax int, linked bool) ([]byte, error) {
 		} else {
 			n, err = lz4.UncompressBlock(block, out)
 		}
-		if err == nil {
-			return dst[:start+n], nil
+		if err != nil {
+			return fmt.Errorf("lz4: %w", err)
 		}
-		if len(out) >= blockMax {
-			return dst, fmt.Errorf("lz4: %w", err)
+		dst = dst[:start+n]
+		return nil
+	})
+	return dst, err
+}
+
+// eachLZ4Block calls fn with each data block of the frames in src, whether
+// it is stored uncompressed, and whether it may refer to the output before
+// it (linked).
+func eachLZ4Block(src []byte, fn func(block []byte, stored, linked bool) error) error {
+	le := binary.LittleEndian
+	for len(src) > 0 {
+		if len(src) < 4 {
+			return io.ErrUnexpectedEOF
 		}
-		// Too little room, or corrupt: retry once with room for a whole
-		// block, which tells the two apart.
-		dst = grow(dst, blockMax)
+		magic := le.Uint32(src)
+		if magic&lz4SkippableMask == lz4Skippable {
+			if len(src) < 8 || uint64(le.Uint32(src[4:])) > uint64(len(src)-8) {
+				return io.ErrUnexpectedEOF
+			}
+			src = src[8+le.Uint32(src[4:]):]
+			continue
+		}
+		if magic != lz4Magic {
+			return fmt.Errorf("lz4: bad frame magic %08x", magic)
+		}
+		if len(src) < 7 {
+			return io.ErrUnexpectedEOF
+		}
+		flg, bd := src[4], src[5]
+		if flg>>6 != 1 {
+			return fmt.Errorf("lz4: frame version %d", flg>>6)
+		}
+		blockMax := 1 << (8 + 2*int(bd>>4&7))
+		if blockMax < 64<<10 {
+			return fmt.Errorf("lz4: block size code %d", bd>>4&7)
+		}
+		if flg&lz4FlagDictID != 0 {
+			return errors.New("lz4: frames with a dictionary id are not supported")
+		}
+		hdr := 7 // magic, FLG, BD, HC
+		if flg&lz4FlagSize != 0 {
+			hdr += 8
+		}
+		if len(src) < hdr {
+			return io.ErrUnexpectedEOF
+		}
+		src = src[hdr:]
+		linked := flg&lz4FlagBlockIndep == 0
+		for {
+			if len(src) < 4 {
+				return io.ErrUnexpectedEOF
+			}
+			size := le.Uint32(src)
+			src = src[4:]
+			if size == 0 {
+				break
+			}
+			stored := size&0x80000000 != 0
+			size &^= 0x80000000
+			if int(size) > blockMax || int(size) > len(src) {
+				return fmt.Errorf("lz4: block of %d bytes (max %d, %d left)", size, blockMax, len(src))
+			}
+			block := src[:size]
+			src = src[size:]
+			if flg&lz4FlagBlockSum != 0 {
+				if len(src) < 4 {
+					return io.ErrUnexpectedEOF
+				}
+				src = src[4:]
+			}
+			if err := fn(block, stored, linked); err != nil {
+				return err
+			}
+		}
+		if flg&lz4FlagContentSum != 0 {
+			if len(src) < 4 {
+				return io.ErrUnexpectedEOF
+			}
+			src = src[4:]
+		}
 	}
+	return nil
+}
+
+// lz4BlockLen returns the decompressed length of an LZ4 block from its
+// sequence headers (token, literal length, offset, match length; the
+// literals are skipped, nothing is copied), or -1 when they do not add up.
+// The last sequence of a block is literals only.
+func lz4BlockLen(src []byte) int {
+	n := 0
+	for i := 0; i < len(src); {
+		tok := src[i]
+		i++
+		lit := int(tok >> 4)
+		if lit == 15 {
+			for {
+				if i >= len(src) {
+					return -1
+				}
+				b := src[i]
+				i++
+				lit += int(b)
+				if b != 255 {
+					break
+				}
+			}
+		}
+		i += lit
+		n += lit
+		if i == len(src) {
+			return n
+		}
+		if i+2 > len(src) {
+			return -1
+		}
+		i += 2 // the match offset
+		ml := int(tok & 15)
+		if ml == 15 {
+			for {
+				if i >= len(src) {
+					return -1
+				}
+				b := src[i]
+				i++
+				ml += int(b)
+				if b != 255 {
+					break
+				}
+			}
+		}
+		n += ml + 4
+	}
+	return -1
 }
 
 // grow returns dst with room for at least n more bytes, its contents kept.

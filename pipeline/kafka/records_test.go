@@ -272,20 +272,29 @@ func TestLZ4LinkedBlocks(t *testing.T) {
 	}
 }
 
-func TestLZ4FramesGrow(t *testing.T) {
-	// A highly compressible batch decoded into a buffer guessed far too
-	// small: the block is decoded again into a grown one.
+func TestLZ4FramesExactSize(t *testing.T) {
+	// A highly compressible batch: its buffer is made at the size the
+	// blocks' sequence headers add up to, once.
 	val := bytes.Repeat([]byte("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"), 2000)
 	recs := []testRecord{{key: []byte("k"), value: val, ts: 1}}
 	b := encodeBatch(t, 0, protocol.Attributes(compress.Lz4), recs)
-	d := batchDecoder{ratio: 0.1}
+	var d batchDecoder
 	got, _, _, err := d.decode(b, 0, tmpl, nil)
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
 	checkDecoded(t, got, 0, recs)
+	out, err := lz4Frames(nil, b[batchHeaderSize:])
+	if err != nil || cap(out) != len(out) {
+		t.Fatalf("lz4Frames = %d bytes of a %d-byte buffer, %v; want a buffer of exactly its size", len(out), cap(out), err)
+	}
 	if d.ratio < 10 {
 		t.Errorf("ratio after the batch = %.1f; want the batch's (> 10)", d.ratio)
+	}
+	// A block whose sequences do not add up is an error before anything
+	// is decoded.
+	if n := lz4BlockLen([]byte{0x20, 'a'}); n != -1 {
+		t.Errorf("lz4BlockLen of a block cut in its literals = %d; want -1", n)
 	}
 }
 
