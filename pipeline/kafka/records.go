@@ -254,8 +254,7 @@ const (
 
 // batchDecoder decodes the record batches of fetch responses into
 // messages. It remembers the last decompression ratio to size the next
-// batch's buffer (LZ4 frames are sized exactly). Not safe for concurrent
-// use.
+// batch's buffer. Not safe for concurrent use.
 type batchDecoder struct {
 	ratio float64 // decompressed / compressed bytes of the last compressed batch
 }
@@ -387,11 +386,11 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, error) {
 	var out []byte
 	var err error
+	// Sized from the last batch's ratio, grown as needed.
+	guess := min(int(float64(len(data))*max(d.ratio, 1)*1.05)+512, 64<<20)
 	if c == compress.Lz4 {
-		out, err = lz4Frames(nil, data) // sized exactly
+		out, err = lz4Frames(make([]byte, 0, guess), data)
 	} else {
-		// Sized from the last batch's ratio, grown as needed.
-		guess := int(float64(len(data))*max(d.ratio, 1)*1.05) + 512
 		codec := c.Codec()
 		if codec == nil {
 			return nil, fmt.Errorf("unknown compression codec %d", c)
@@ -455,49 +454,48 @@ const (
 )
 
 // lz4Frames appends the decompressed content of the LZ4 frames in src to
-// dst. A first pass reads the blocks' sequence headers to learn the exact
-// size, so that dst grows once; then pierrec/lz4 decodes each block
-// straight into it. The blocks' and the content's xxh32 checksums are
-// skipped (the record batch's CRC-32C covers these bytes). A linked block
-// (block independence unset) reads the previous 64 KiB of output as its
-// dictionary.
+// dst, each block decoded by pierrec/lz4 straight into dst's spare
+// capacity (sized by the caller's guess). A block that does not fit is
+// measured from its sequence headers (lz4BlockLen: nothing copied) and
+// dst grown for it, so that no block is decoded into a buffer that cannot
+// hold it twice, and a corrupt block is told from a short buffer. The
+// blocks' and the content's xxh32 checksums are skipped (the record
+// batch's CRC-32C covers these bytes). A linked block (block independence
+// unset) reads the previous 64 KiB of output as its dictionary.
 func lz4Frames(dst, src []byte) ([]byte, error) {
-	size := 0
-	err := eachLZ4Block(src, func(block []byte, stored, _ bool) error {
-		n := len(block)
-		if !stored {
-			if n = lz4BlockLen(block); n < 0 {
-				return errors.New("lz4: corrupt block")
-			}
-		}
-		if size += n; size > maxDecompressed {
-			return fmt.Errorf("lz4: a batch of over %d MiB decompressed", maxDecompressed>>20)
-		}
-		return nil
-	})
-	if err != nil {
-		return dst, err
-	}
-	dst = grow(dst, size)
-	err = eachLZ4Block(src, func(block []byte, stored, linked bool) error {
+	err := eachLZ4Block(src, func(block []byte, stored, linked bool) error {
 		if stored {
 			dst = append(dst, block...)
 			return nil
 		}
-		start := len(dst)
-		out := dst[start:cap(dst)]
-		var n int
-		var err error
-		if linked && start > 0 {
-			n, err = lz4.UncompressBlockWithDict(block, out, dst[max(0, start-lz4Window):start])
-		} else {
-			n, err = lz4.UncompressBlock(block, out)
+		if cap(dst) == 0 {
+			// pierrec/lz4's amd64 decoder writes through a nil dst
+			// (its short-output bound wraps below address 32).
+			dst = make([]byte, 0, 512)
 		}
-		if err != nil {
-			return fmt.Errorf("lz4: %w", err)
+		for try := 0; ; try++ {
+			start := len(dst)
+			out := dst[start:cap(dst)]
+			var n int
+			var err error
+			if linked && start > 0 {
+				n, err = lz4.UncompressBlockWithDict(block, out, dst[max(0, start-lz4Window):start])
+			} else {
+				n, err = lz4.UncompressBlock(block, out)
+			}
+			if err == nil {
+				dst = dst[:start+n]
+				return nil
+			}
+			need := lz4BlockLen(block)
+			if try > 0 || need < 0 || need <= len(out) {
+				return fmt.Errorf("lz4: corrupt block (%w)", err)
+			}
+			if start+need > maxDecompressed {
+				return fmt.Errorf("lz4: a batch of over %d MiB decompressed", maxDecompressed>>20)
+			}
+			dst = grow(dst, need)
 		}
-		dst = dst[:start+n]
-		return nil
 	})
 	return dst, err
 }
