@@ -428,6 +428,9 @@ type Runner struct {
 	flying *flight
 	held   *flight
 	spare  *Batch
+	// admittedRecs and admittedBytes are the records admit took since
+	// count last added them to records and the metrics.
+	admittedRecs, admittedBytes int
 	// input is Run's input channel, nil outside Run (drained).
 	input <-chan Input
 
@@ -1029,6 +1032,7 @@ func (r *Runner) Message(ctx context.Context, m Message) error {
 // message processes one record at processing time now.
 func (r *Runner) message(ctx context.Context, m *Message, now time.Time) error {
 	k, err := r.admit(m, now)
+	r.count()
 	if err != nil {
 		return err
 	}
@@ -1041,6 +1045,21 @@ func (r *Runner) message(ctx context.Context, m *Message, now time.Time) error {
 	return r.admitted(ctx)
 }
 
+// count adds the records admitted since the last call to the counters
+// (once per run of records: per record, the two metrics were 0.12 of the
+// loop's ~1 CPU-s per 3 M load-benchmark records).
+func (r *Runner) count() {
+	if r.admittedRecs == 0 {
+		return
+	}
+	r.records.Add(int64(r.admittedRecs))
+	if mt := r.deps.Metrics; mt != nil {
+		mt.Records.Add(float64(r.admittedRecs))
+		mt.Bytes.Add(float64(r.admittedBytes))
+	}
+	r.admittedRecs, r.admittedBytes = 0, 0
+}
+
 // admit does the bookkeeping of a record before its lines are applied:
 // the counters, the offsets the open batch covers, the partition's state,
 // the processing time (now: read once per run of records; read per record,
@@ -1050,11 +1069,8 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 	if r.draining {
 		return partKey{}, errors.New("runner: draining")
 	}
-	r.records.Add(1)
-	if mt := r.deps.Metrics; mt != nil {
-		mt.Records.Inc()
-		mt.Bytes.Add(float64(len(m.Value)))
-	}
+	r.admittedRecs++
+	r.admittedBytes += len(m.Value)
 	k := partKey{m.Topic, m.Partition}
 	r.offsets[k] = m.Offset + 1
 	ps := r.parts[k]

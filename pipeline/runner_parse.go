@@ -468,6 +468,7 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 		from = int(j.recs[j.next-1].end)
 	}
 	now := r.deps.Now() // the run's records were fetched together: one clock read
+	defer r.count()
 	for ; j.next < len(j.recs); j.next++ {
 		if r.suspended {
 			return nil // the rest at the revocation

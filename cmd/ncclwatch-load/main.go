@@ -87,7 +87,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.LatDuration, "latency-duration", o.LatDuration, "how long latency is measured")
 	fs.BoolVar(&o.RandomSteps, "random-steps", false, "random step numbers and a random trainer per line (the stream before issue 9)")
 	fs.BoolVar(&o.ProduceOnly, "produce-only", false, "only produce the backlog (for an external `ncclwatch run`)")
-	fs.BoolVar(&o.Keep, "keep", false, "keep the database at the end")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the database and the topic at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of ncclwatch run's consume phase to this file")
 	fs.StringVar(&o.ServerPID, "clickhouse-pid", "", "pid of the ClickHouse server on this host: its CPU during the consume phases is reported")
 	fs.StringVar(&o.BrokerPID, "kafka-pid", "", "pid of the Kafka broker on this host: its CPU during the consume phases is reported")

@@ -73,3 +73,23 @@ func TestIntegrationEnsureTopic(t *testing.T) {
 	}
 	t.Logf("invalid topic: %v", err)
 }
+
+// TestIntegrationDeleteTopic: the load benchmark's clean-up on the real
+// broker; deleting a missing topic is no error.
+func TestIntegrationDeleteTopic(t *testing.T) {
+	brokers := realBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	topic := newTopic(t, brokers, 2)
+	if err := DeleteTopic(ctx, brokers, topic); err != nil {
+		t.Fatalf("DeleteTopic: %v", err)
+	}
+	d := &kafka.Dialer{Timeout: 5 * time.Second}
+	waitFor(t, waitLong, "the topic gone", func() bool {
+		total, _, err := topicPartitions(ctx, d, brokers, topic)
+		return total == 0 || errors.Is(err, kafka.UnknownTopicOrPartition)
+	})
+	if err := DeleteTopic(ctx, brokers, topic); err != nil {
+		t.Fatalf("DeleteTopic of a deleted topic: %v", err)
+	}
+}

@@ -177,6 +177,26 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 	return CreateTopicWith(ctx, ProducerConfig{Brokers: brokers, Topic: topic}, partitions)
 }
 
+// DeleteTopic deletes topic (the load benchmark's, at its end); a topic
+// that does not exist is no error.
+func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
+	sec, err := newSecurity("kafka", nil, nil)
+	if err != nil {
+		return err
+	}
+	t := sec.transport()
+	defer t.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: t}
+	res, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	if err != nil {
+		return fmt.Errorf("kafka delete topic %s: %w", topic, err)
+	}
+	if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return fmt.Errorf("kafka delete topic %s: %w", topic, err)
+	}
+	return nil
+}
+
 // CreateTopicWith is CreateTopic for cfg.Topic, connecting with cfg's
 // brokers, TLS and SASL (other fields are ignored).
 func CreateTopicWith(ctx context.Context, cfg ProducerConfig, partitions int) error {

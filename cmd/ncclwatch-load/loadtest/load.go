@@ -434,6 +434,17 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	if err := kafka.CreateTopicWith(ctx, pcfg, o.Partitions); err != nil {
 		return nil, err
 	}
+	if !o.Keep {
+		// Each run's topic is ~200 MB per 3 M records: left behind, they
+		// fill a tmpfs broker and slow it (272 partitions after 34 runs).
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := kafka.DeleteTopic(dctx, o.Brokers, o.Topic); err != nil {
+				fmt.Fprintf(stderr, "ncclwatch-load: %v\n", err)
+			}
+		}()
+	}
 	var err error
 	if rep.produce, err = produceBacklog(ctx, o, pcfg); err != nil {
 		return rep, err
