@@ -584,23 +584,13 @@ func eachLZ4Block(src []byte, fn func(block []byte, stored, linked bool) error) 
 // literals are skipped, nothing is copied), or -1 when they do not add up.
 // The last sequence of a block is literals only.
 func lz4BlockLen(src []byte) int {
-	n := 0
-	for i := 0; i < len(src); {
+	n, i := 0, 0
+	for i < len(src) {
 		tok := src[i]
-		i++
-		lit := int(tok >> 4)
-		if lit == 15 {
-			for {
-				if i >= len(src) {
-					return -1
-				}
-				b := src[i]
-				i++
-				lit += int(b)
-				if b != 255 {
-					break
-				}
-			}
+		var lit int
+		var ok bool
+		if lit, i, ok = lz4Length(src, i+1, int(tok>>4)); !ok {
+			return -1
 		}
 		i += lit
 		n += lit
@@ -610,24 +600,31 @@ func lz4BlockLen(src []byte) int {
 		if i+2 > len(src) {
 			return -1
 		}
-		i += 2 // the match offset
-		ml := int(tok & 15)
-		if ml == 15 {
-			for {
-				if i >= len(src) {
-					return -1
-				}
-				b := src[i]
-				i++
-				ml += int(b)
-				if b != 255 {
-					break
-				}
-			}
+		var ml int
+		if ml, i, ok = lz4Length(src, i+2, int(tok&15)); !ok { // after the match offset
+			return -1
 		}
 		n += ml + 4
 	}
 	return -1
+}
+
+// lz4Length reads the bytes that extend a token's 4-bit length n (15:
+// bytes up to one below 255 are added) from src[i:]; it returns the length
+// and where the sequence goes on.
+func lz4Length(src []byte, i, n int) (int, int, bool) {
+	if n != 15 {
+		return n, i, true
+	}
+	for i < len(src) {
+		b := src[i]
+		i++
+		n += int(b)
+		if b != 255 {
+			return n, i, true
+		}
+	}
+	return 0, i, false
 }
 
 // grow returns dst with room for at least n more bytes, its contents kept.
