@@ -304,16 +304,13 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 			f.s.nativeFetches.Add(1)
 		}
 		if err == nil {
-			var msgs []Message
-			next := off
+			shared = false
 			tmpl := Message{Topic: f.p.Topic, Partition: f.p.Partition, HighWaterMark: res.highWaterMark}
-			msgs, next, shared, err = dec.decode(res.records, off, tmpl, nil)
-			// What decoded before an error is delivered; the error is
-			// handled after (the next offset is past the good batches).
-			if !f.sendAll(ctx, msgs) {
+			next, sh, sent, derr := f.deliver(ctx, &dec, res.records, off, tmpl)
+			if !sent {
 				return off, nil
 			}
-			off = next
+			off, shared, err = next, sh, derr
 		}
 		if ctx.Err() != nil {
 			return off, nil
@@ -323,6 +320,37 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 		}
 	}
 	return off, nil
+}
+
+// deliver decodes the record batches of recs one at a time and queues
+// their messages in chunks of f.size, so that a response's batches are not
+// all decompressed at once (a 1 MiB fetch of the load stream is ~7 MB
+// decompressed, and all partitions wait to queue at once while catching
+// up). What decoded before an error is queued; off becomes the offset
+// after it. shared: a message refers to recs; sent is false when ctx ended
+// first.
+func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, off int64, tmpl Message) (next int64, shared, sent bool, err error) {
+	var c []Message
+	from := off
+	for first := true; ; first = false {
+		var own, ok bool
+		n := len(c)
+		c, recs, off, own, ok, err = dec.decodeNext(recs, off, from, tmpl, c, first)
+		shared = shared || (!own && len(c) > n)
+		for len(c) >= f.size {
+			if !f.send(ctx, chunk{msgs: c[:f.size:f.size]}) {
+				return off, shared, false, nil
+			}
+			c = c[f.size:]
+		}
+		if err != nil || !ok {
+			break
+		}
+	}
+	if len(c) > 0 && !f.send(ctx, chunk{msgs: c[:len(c):len(c)]}) {
+		return off, shared, false, nil
+	}
+	return off, shared, true, err
 }
 
 // roundTrip writes req on c and reads the response's body into buf (a new
@@ -350,17 +378,6 @@ func (f *fetcher) roundTrip(c net.Conn, req, buf []byte, fresh bool) ([]byte, er
 	return buf, nil
 }
 
-// sendAll queues msgs in chunks of f.size; false when ctx ended first.
-func (f *fetcher) sendAll(ctx context.Context, msgs []Message) bool {
-	for len(msgs) > 0 {
-		n := min(len(msgs), f.size)
-		if !f.send(ctx, chunk{msgs: msgs[:n:n]}) {
-			return false
-		}
-		msgs = msgs[n:]
-	}
-	return true
-}
 
 // drain reads the batch's messages into chunks and queues them. It returns
 // nil at the end of the batch.

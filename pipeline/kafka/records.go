@@ -268,65 +268,65 @@ type batchDecoder struct {
 // batch at the end is left for the next fetch; one at the start is an
 // error, as a broker returns a first batch whole whatever the size limit.
 // On an error, out holds the records of the batches before the bad one and
-// next is the offset after them.
+// next is the offset after them. (The partition reader calls decodeNext,
+// one batch at a time.)
 func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Message) (_ []Message, next int64, shared bool, err error) {
 	next = from
-	if n := countRecords(recs); cap(out)-len(out) < n {
-		// One allocation for the response: growing by append copied
-		// every message about twice (0.5 of 6 CPU-s on the load run).
-		out = slices.Grow(out, n)
-	}
-	for len(recs) >= 17 { // through the magic byte
-		base := int64(binary.BigEndian.Uint64(recs))
-		length := int(int32(binary.BigEndian.Uint32(recs[8:])))
-		if magic := recs[16]; magic < 2 {
-			return out, next, shared, errLegacyFormat
-		} else if magic > 2 {
-			return out, next, shared, fmt.Errorf("record batch at offset %d: unknown magic %d", base, magic)
-		}
-		if length < batchHeaderSize-12 {
-			return out, next, shared, fmt.Errorf("record batch at offset %d: length %d", base, length)
-		}
-		if 12+length > len(recs) {
-			break
-		}
-		batch := recs[: 12+length : 12+length]
-		recs = recs[12+length:]
-		if got, want := crc32.Checksum(batch[21:], castagnoli), binary.BigEndian.Uint32(batch[17:]); got != want {
-			return out, next, shared, fmt.Errorf("record batch at offset %d: CRC-32C %08x, stored %08x", base, got, want)
-		}
+	for first := true; ; first = false {
+		var own, ok bool
 		n := len(out)
-		var own bool
-		out, own, err = d.batch(batch, from, tmpl, out)
-		if err != nil {
-			return out[:n], next, shared, fmt.Errorf("record batch at offset %d: %w", base, err)
+		out, recs, next, own, ok, err = d.decodeNext(recs, next, from, tmpl, out, first)
+		if err != nil || !ok {
+			return out, next, shared, err
 		}
 		shared = shared || (!own && len(out) > n)
-		lastDelta := int64(int32(binary.BigEndian.Uint32(batch[23:])))
-		next = max(next, base+lastDelta+1)
 	}
-	if next == from && len(recs) > 0 {
-		return out, next, shared, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
-	}
-	return out, next, shared, nil
 }
 
-// countRecords returns the number of records the complete record batches
-// of recs declare (a bound for sizing: some may lie before the offset
-// asked for, or be transaction markers).
-func countRecords(recs []byte) int {
-	n := 0
-	for len(recs) >= batchHeaderSize {
-		length := int(int32(binary.BigEndian.Uint32(recs[8:])))
-		if length < batchHeaderSize-12 || 12+length > len(recs) || recs[16] != 2 {
-			break
+// decodeNext decodes the first record batch of recs, as decode does, and
+// returns the rest of recs; ok is false when recs holds no complete batch
+// (first: when that is the response's first batch, it is an error). next
+// is the offset after the batch (at least prev, the offset after the ones
+// before); on an error out and next are as they were.
+func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, out []Message, first bool) (_ []Message, rest []byte, next int64, own, ok bool, err error) {
+	if len(recs) < 17 { // through the magic byte
+		if first && len(recs) > 0 {
+			return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
 		}
-		n += int(max(int32(binary.BigEndian.Uint32(recs[57:])), 0))
-		recs = recs[12+length:]
+		return out, recs, prev, false, false, nil
 	}
-	// Counts are not checked yet (a corrupt one is the decoder's error):
-	// a hint only, bounded.
-	return min(n, 1<<17)
+	base := int64(binary.BigEndian.Uint64(recs))
+	length := int(int32(binary.BigEndian.Uint32(recs[8:])))
+	if magic := recs[16]; magic < 2 {
+		return out, recs, prev, false, false, errLegacyFormat
+	} else if magic > 2 {
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: unknown magic %d", base, magic)
+	}
+	if length < batchHeaderSize-12 {
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: length %d", base, length)
+	}
+	if 12+length > len(recs) {
+		if first {
+			return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
+		}
+		return out, recs, prev, false, false, nil
+	}
+	batch := recs[: 12+length : 12+length]
+	if got, want := crc32.Checksum(batch[21:], castagnoli), binary.BigEndian.Uint32(batch[17:]); got != want {
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: CRC-32C %08x, stored %08x", base, got, want)
+	}
+	n := len(out)
+	if c := int(int32(binary.BigEndian.Uint32(batch[57:]))); c > 0 && cap(out)-n < c {
+		// One allocation per batch: growing by append copied every
+		// message about twice (0.5 of 6 CPU-s on the load run).
+		out = slices.Grow(out, min(c, 1<<17))
+	}
+	out, own, err = d.batch(batch, from, tmpl, out)
+	if err != nil {
+		return out[:n], recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w", base, err)
+	}
+	lastDelta := int64(int32(binary.BigEndian.Uint32(batch[23:])))
+	return out, recs[12+length:], max(prev, base+lastDelta+1), own, true, nil
 }
 
 // batch appends the records of one complete, checked record batch; own is
