@@ -378,7 +378,6 @@ func (f *fetcher) roundTrip(c net.Conn, req, buf []byte, fresh bool) ([]byte, er
 	return buf, nil
 }
 
-
 // drain reads the batch's messages into chunks and queues them. It returns
 // nil at the end of the batch.
 func (f *fetcher) drain(ctx context.Context, conn *kafka.Conn, batch *kafka.Batch, hwm int64) error {
