@@ -31,7 +31,8 @@ type Metrics struct {
 	SourceQueueCap prometheus.Gauge
 	ParseQueue     prometheus.Gauge // parse jobs (runs of records) sent to the parse workers, not applied yet
 	ParseQueueCap  prometheus.Gauge
-	InvalidUTF8    prometheus.Counter // JSON text repaired by the decoder
+	InvalidUTF8    prometheus.Counter     // JSON text repaired by the decoder
+	SourceRetries  *prometheus.CounterVec // by reason: corrupt_batch, fetch
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -65,9 +66,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ParseQueueCap:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_parse_queue_capacity", Help: "Runs of records the parse workers may hold (pipeline.parse_workers x 2; 0 when parsing is inline)."}),
 		InvalidUTF8: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_decoder_invalid_utf8_total",
 			Help: "Lines (and metadata values) of JSON records whose invalid UTF-8 was replaced by U+FFFD; the record is kept."}),
+		SourceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_source_retries_total",
+			Help: "Kafka errors the source retries, by reason: corrupt_batch (a record batch failing its CRC-32C or not decoding: its partition retries from that batch) or fetch (connection, leader, broker errors)."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.NCCLLines, m.ParseErrors, m.DeadLetters, m.BatchRows, m.InsertLatency,
 		m.InsertErrors, m.Commits, m.CommitErrors, m.ConsumerLag, m.JobsHeld, m.BatchPending, m.BatchCapacity,
-		m.Rebuilds, m.RebuiltEvents, m.RebuildErrors, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.ParseQueue, m.ParseQueueCap, m.InvalidUTF8)
+		m.Rebuilds, m.RebuiltEvents, m.RebuildErrors, m.Evictions, m.Ready, m.SinkHealthy, m.SourceQueue, m.SourceQueueCap, m.ParseQueue, m.ParseQueueCap, m.InvalidUTF8, m.SourceRetries)
 	return m
 }

@@ -53,6 +53,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // partition reader reads this connection through kafka-go instead.
 var errLegacyFormat = errors.New("message format v0/v1 (magic < 2)")
 
+// ErrCorruptBatch is in the error of a record batch that fails its CRC-32C
+// or does not decode: the partition reader retries from that batch.
+var ErrCorruptBatch = errors.New("corrupt record batch")
+
 // fetchRequest is one partition's Fetch request of version v.
 type fetchRequest struct {
 	version       int16
@@ -300,10 +304,10 @@ func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, o
 	if magic := recs[16]; magic < 2 {
 		return out, recs, prev, false, false, errLegacyFormat
 	} else if magic > 2 {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: unknown magic %d", base, magic)
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: unknown magic %d", base, ErrCorruptBatch, magic)
 	}
 	if length < batchHeaderSize-12 {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: length %d", base, length)
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: length %d", base, ErrCorruptBatch, length)
 	}
 	if 12+length > len(recs) {
 		if first {
@@ -313,7 +317,7 @@ func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, o
 	}
 	batch := recs[: 12+length : 12+length]
 	if got, want := crc32.Checksum(batch[21:], castagnoli), binary.BigEndian.Uint32(batch[17:]); got != want {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: CRC-32C %08x, stored %08x", base, got, want)
+		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: CRC-32C %08x, stored %08x", base, ErrCorruptBatch, got, want)
 	}
 	n := len(out)
 	if c := int(int32(binary.BigEndian.Uint32(batch[57:]))); c > 0 && cap(out)-n < c {
@@ -323,7 +327,7 @@ func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, o
 	}
 	out, own, err = d.batch(batch, from, tmpl, out)
 	if err != nil {
-		return out[:n], recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w", base, err)
+		return out[:n], recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: %w", base, ErrCorruptBatch, err)
 	}
 	lastDelta := int64(int32(binary.BigEndian.Uint32(batch[23:])))
 	return out, recs[12+length:], max(prev, base+lastDelta+1), own, true, nil

@@ -175,8 +175,8 @@ func TestDecodeBatchesCorrupt(t *testing.T) {
 	recs[len(first)+batchHeaderSize+5] ^= 0x40 // a byte of the second batch's compressed records
 	var d batchDecoder
 	got, next, _, err := d.decode(recs, 0, tmpl, nil)
-	if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
-		t.Fatalf("decode of a corrupted batch: %v; want a CRC-32C error", err)
+	if !errors.Is(err, ErrCorruptBatch) || !strings.Contains(err.Error(), "CRC-32C") {
+		t.Fatalf("decode of a corrupted batch: %v; want ErrCorruptBatch, a CRC-32C error", err)
 	}
 	if next != 10 {
 		t.Errorf("next = %d; want 10 (after the good batch)", next)
@@ -189,8 +189,8 @@ func TestDecodeBatchesCorrupt(t *testing.T) {
 	binary.BigEndian.PutUint32(bad[57:], 11) // one record more than it holds
 	binary.BigEndian.PutUint32(bad[17:], crc32.Checksum(bad[21:], castagnoli))
 	got, next, _, err = d.decode(append(slices.Clone(first), bad...), 0, tmpl, nil)
-	if err == nil || next != 10 {
-		t.Fatalf("decode of a short batch = next %d, %v; want 10 and an error", next, err)
+	if !errors.Is(err, ErrCorruptBatch) || next != 10 {
+		t.Fatalf("decode of a short batch = next %d, %v; want 10 and ErrCorruptBatch", next, err)
 	}
 	checkDecoded(t, got, 0, a)
 }
