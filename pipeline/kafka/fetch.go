@@ -78,6 +78,10 @@ func (f *fetcher) run(ctx context.Context) {
 		}
 		if errors.Is(err, errLegacyFormat) {
 			f.legacy = true
+			select {
+			case f.warn <- fmt.Errorf("kafka fetch %s/%d at offset %d: %w: reading the partition through kafka-go's reader from here on", f.p.Topic, f.p.Partition, off, err):
+			default:
+			}
 			continue
 		}
 		if ctx.Err() != nil {
