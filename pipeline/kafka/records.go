@@ -424,9 +424,13 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readAll appends what r reads to dst until io.EOF.
+// readAll appends what r reads to dst until io.EOF, at most
+// maxDecompressed bytes.
 func readAll(dst []byte, r io.Reader) ([]byte, error) {
 	for {
+		if len(dst) > maxDecompressed {
+			return dst, fmt.Errorf("a batch of over %d MiB decompressed", maxDecompressed>>20)
+		}
 		if len(dst) == cap(dst) {
 			dst = append(dst, 0)[:len(dst)]
 		}
