@@ -43,8 +43,10 @@ const (
 const maxResponse = 256 << 20
 
 // maxDecompressed bounds one record batch decompressed (LZ4 may expand
-// 255-fold): beyond it the batch is an error, not an allocation.
-const maxDecompressed = 1 << 30
+// 255-fold, gzip ~1000-fold): beyond it the batch is an error, not an
+// allocation. A producer's batch is at most message.max.bytes (1 MiB by
+// default) compressed; log records compress 5-20-fold.
+const maxDecompressed = 256 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
