@@ -402,7 +402,7 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 			return nil, fmt.Errorf("unknown compression codec %d", c)
 		}
 		r := codec.NewReader(&sliceReader{b: data})
-		out, err = readAll(make([]byte, 0, guess), r)
+		out, err = readAll(make([]byte, 0, guess), r, maxDecompressed)
 		r.Close()
 	}
 	if err != nil {
@@ -426,12 +426,11 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readAll appends what r reads to dst until io.EOF, at most
-// maxDecompressed bytes.
-func readAll(dst []byte, r io.Reader) ([]byte, error) {
+// readAll appends what r reads to dst until io.EOF, at most limit bytes.
+func readAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
 	for {
-		if len(dst) > maxDecompressed {
-			return dst, fmt.Errorf("a batch of over %d MiB decompressed", maxDecompressed>>20)
+		if len(dst) > limit {
+			return dst, fmt.Errorf("a batch of over %d MiB decompressed", limit>>20)
 		}
 		if len(dst) == cap(dst) {
 			dst = append(dst, 0)[:len(dst)]

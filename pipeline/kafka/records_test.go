@@ -310,6 +310,22 @@ func TestLZ4FramesGrow(t *testing.T) {
 	}
 }
 
+// zeros reads zeros for ever: a decompression bomb's output.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+func TestReadAllLimit(t *testing.T) {
+	out, err := readAll(nil, zeros{}, 4<<20)
+	if err == nil || len(out) > 8<<20+4096 {
+		t.Fatalf("readAll of an endless stream = %d bytes, %v; want an error at 4 MiB", len(out), err)
+	}
+	out, err = readAll(nil, &sliceReader{b: make([]byte, 1000)}, 4<<20)
+	if err != nil || len(out) != 1000 {
+		t.Fatalf("readAll of 1000 bytes = %d, %v", len(out), err)
+	}
+}
+
 func TestFetchRequestResponse(t *testing.T) {
 	// The request as kafka-go's own encoder writes it, for every version
 	// the native fetch may speak.
