@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -265,32 +266,11 @@ type batchDecoder struct {
 	ratio float64 // decompressed / compressed bytes of the last compressed batch
 }
 
-// decode appends to out the records of the complete record batches of recs
-// at or after offset from (a batch may start before it), each a copy of
+// decodeNext appends to out the records of the first record batch of recs
+// at or after offset from (the batch may start before it), each a copy of
 // tmpl with its offset, time, key and value (slices of the batch's buffer,
-// or of recs when uncompressed). It returns the offset after the last
-// complete batch (from when there was none) and whether a message refers
-// to recs itself (the caller must then not reuse recs' memory). A truncated
-// batch at the end is left for the next fetch; one at the start is an
-// error, as a broker returns a first batch whole whatever the size limit.
-// On an error, out holds the records of the batches before the bad one and
-// next is the offset after them. (The partition reader calls decodeNext,
-// one batch at a time.)
-func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Message) (_ []Message, next int64, shared bool, err error) {
-	next = from
-	for first := true; ; first = false {
-		var own, ok bool
-		n := len(out)
-		out, recs, next, own, ok, err = d.decodeNext(recs, next, from, tmpl, out, first)
-		if err != nil || !ok {
-			return out, next, shared, err
-		}
-		shared = shared || (!own && len(out) > n)
-	}
-}
-
-// decodeNext decodes the first record batch of recs, as decode does, and
-// returns the rest of recs; ok is false when recs holds no complete batch
+// or of recs when uncompressed: own is false then), and returns the rest
+// of recs; ok is false when recs holds no complete batch
 // (first: when that is the response's first batch, it is an error). next
 // is the offset after the batch (at least prev, the offset after the ones
 // before); on an error out and next are as they were.
@@ -392,17 +372,17 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, error) {
 	var out []byte
 	var err error
-	// Sized from the last batch's ratio, grown as needed.
-	guess := min(int(float64(len(data))*max(d.ratio, 1)*1.05)+512, 64<<20)
 	if c == compress.Lz4 {
-		out, err = lz4Frames(make([]byte, 0, guess), data)
+		out, err = lz4Frames(nil, data) // sized exactly
 	} else {
+		// Sized from the last batch's ratio, grown as needed.
+		guess := min(int(float64(len(data))*max(d.ratio, 1)*1.05)+512, 64<<20)
 		codec := c.Codec()
 		if codec == nil {
 			return nil, fmt.Errorf("unknown compression codec %d", c)
 		}
-		r := codec.NewReader(&sliceReader{b: data})
-		out, err = readAll(make([]byte, 0, guess), r, maxDecompressed)
+		r := codec.NewReader(bytes.NewReader(data))
+		out, err = readLimited(make([]byte, 0, guess), r, maxDecompressed)
 		r.Close()
 	}
 	if err != nil {
@@ -414,36 +394,17 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 	return out, nil
 }
 
-// sliceReader is an io.Reader over b (bytes.Reader without its seeking).
-type sliceReader struct{ b []byte }
-
-func (r *sliceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
+// readLimited appends what r reads to dst until io.EOF, and fails when
+// that is more than limit bytes.
+func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	if _, err := buf.ReadFrom(io.LimitReader(r, int64(limit-len(dst))+1)); err != nil {
+		return buf.Bytes(), err
 	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
-}
-
-// readAll appends what r reads to dst until io.EOF, at most limit bytes.
-func readAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
-	for {
-		if len(dst) > limit {
-			return dst, fmt.Errorf("a batch of over %d MiB decompressed", limit>>20)
-		}
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
-		}
-		n, err := r.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if err == io.EOF {
-			return dst, nil
-		}
-		if err != nil {
-			return dst, err
-		}
+	if buf.Len() > limit {
+		return buf.Bytes(), fmt.Errorf("a batch of over %d MiB decompressed", limit>>20)
 	}
+	return buf.Bytes(), nil
 }
 
 // LZ4 frame format (lz4_Frame_format.md): magic, FLG, BD, [content size],
@@ -463,48 +424,55 @@ const (
 )
 
 // lz4Frames appends the decompressed content of the LZ4 frames in src to
-// dst, each block decoded by pierrec/lz4 straight into dst's spare
-// capacity (sized by the caller's guess). A block that does not fit is
-// measured from its sequence headers (lz4BlockLen: nothing copied) and
-// dst grown for it, so that no block is decoded into a buffer that cannot
-// hold it twice, and a corrupt block is told from a short buffer. The
+// dst. A first pass reads the blocks' sequence headers (lz4BlockLen:
+// nothing is copied) for the exact size, so that dst grows once and no
+// block is decoded twice; then pierrec/lz4 decodes each block straight
+// into dst. (Decoding into a buffer sized from the last batch's ratio
+// first, and measuring only a block that did not fit, saved the first pass
+// on the load stream, whose batches compress alike, but took 2.3x as long
+// where they do not: BenchmarkDecodeBatches 27.5 against 11.6 ms.) The
 // blocks' and the content's xxh32 checksums are skipped (the record
 // batch's CRC-32C covers these bytes). A linked block (block independence
 // unset) reads the previous 64 KiB of output as its dictionary.
 func lz4Frames(dst, src []byte) ([]byte, error) {
-	err := eachLZ4Block(src, func(block []byte, stored, linked bool) error {
+	size := 0
+	err := eachLZ4Block(src, func(block []byte, stored, _ bool) error {
+		n := len(block)
+		if !stored {
+			if n = lz4BlockLen(block); n < 0 {
+				return errors.New("lz4: corrupt block")
+			}
+		}
+		if size += n; size > maxDecompressed {
+			return fmt.Errorf("lz4: a batch of over %d MiB decompressed", maxDecompressed>>20)
+		}
+		return nil
+	})
+	if err != nil {
+		return dst, err
+	}
+	// Never an empty buffer: pierrec/lz4's amd64 decoder writes through a
+	// nil one (its short-output bound wraps below address 32).
+	dst = slices.Grow(dst, max(size, 1))
+	err = eachLZ4Block(src, func(block []byte, stored, linked bool) error {
 		if stored {
 			dst = append(dst, block...)
 			return nil
 		}
-		if cap(dst) == 0 {
-			// pierrec/lz4's amd64 decoder writes through a nil dst
-			// (its short-output bound wraps below address 32).
-			dst = make([]byte, 0, 512)
+		start := len(dst)
+		out := dst[start:cap(dst)]
+		var n int
+		var err error
+		if linked && start > 0 {
+			n, err = lz4.UncompressBlockWithDict(block, out, dst[max(0, start-lz4Window):start])
+		} else {
+			n, err = lz4.UncompressBlock(block, out)
 		}
-		for try := 0; ; try++ {
-			start := len(dst)
-			out := dst[start:cap(dst)]
-			var n int
-			var err error
-			if linked && start > 0 {
-				n, err = lz4.UncompressBlockWithDict(block, out, dst[max(0, start-lz4Window):start])
-			} else {
-				n, err = lz4.UncompressBlock(block, out)
-			}
-			if err == nil {
-				dst = dst[:start+n]
-				return nil
-			}
-			need := lz4BlockLen(block)
-			if try > 0 || need < 0 || need <= len(out) {
-				return fmt.Errorf("lz4: corrupt block (%w)", err)
-			}
-			if start+need > maxDecompressed {
-				return fmt.Errorf("lz4: a batch of over %d MiB decompressed", maxDecompressed>>20)
-			}
-			dst = grow(dst, need)
+		if err != nil {
+			return fmt.Errorf("lz4: corrupt block (%w)", err)
 		}
+		dst = dst[:start+n]
+		return nil
 	})
 	return dst, err
 }
@@ -634,15 +602,4 @@ func lz4Length(src []byte, i, n int) (int, int, bool) {
 		}
 	}
 	return 0, i, false
-}
-
-// grow returns dst with room for at least n more bytes, its contents kept.
-func grow(dst []byte, n int) []byte {
-	if cap(dst)-len(dst) >= n {
-		return dst
-	}
-	c := max(2*cap(dst), len(dst)+n)
-	out := make([]byte, len(dst), c)
-	copy(out, dst)
-	return out
 }

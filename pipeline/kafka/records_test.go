@@ -100,6 +100,30 @@ func checkDecoded(t *testing.T, got []Message, base int64, want []testRecord) {
 	}
 }
 
+// decode appends to out the records of the complete record batches of recs
+// at or after offset from (a batch may start before it), each a copy of
+// tmpl with its offset, time, key and value (slices of the batch's buffer,
+// or of recs when uncompressed). It returns the offset after the last
+// complete batch (from when there was none) and whether a message refers
+// to recs itself (the caller must then not reuse recs' memory). A truncated
+// batch at the end is left for the next fetch; one at the start is an
+// error, as a broker returns a first batch whole whatever the size limit.
+// On an error, out holds the records of the batches before the bad one and
+// next is the offset after them. It is fetcher.deliver without the queue:
+// the partition reader calls decodeNext as it queues, one batch at a time.
+func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Message) (_ []Message, next int64, shared bool, err error) {
+	next = from
+	for first := true; ; first = false {
+		var own, ok bool
+		n := len(out)
+		out, recs, next, own, ok, err = d.decodeNext(recs, next, from, tmpl, out, first)
+		if err != nil || !ok {
+			return out, next, shared, err
+		}
+		shared = shared || (!own && len(out) > n)
+	}
+}
+
 var tmpl = Message{Topic: "t", Partition: 3, HighWaterMark: 99}
 
 func TestDecodeBatchesCodecs(t *testing.T) {
@@ -272,9 +296,9 @@ func TestLZ4LinkedBlocks(t *testing.T) {
 	}
 }
 
-func TestLZ4FramesGrow(t *testing.T) {
-	// A highly compressible batch decoded into a buffer guessed far too
-	// small: the block is measured and decoded again into a grown one.
+func TestLZ4FramesExactSize(t *testing.T) {
+	// A highly compressible batch after one that compressed little: its
+	// buffer is made at the size its blocks' sequence headers add up to.
 	val := bytes.Repeat([]byte("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"), 2000)
 	recs := []testRecord{{key: []byte("k"), value: val, ts: 1}}
 	b := encodeBatch(t, 0, protocol.Attributes(compress.Lz4), recs)
@@ -291,8 +315,8 @@ func TestLZ4FramesGrow(t *testing.T) {
 	// not add up has none.
 	frame := b[batchHeaderSize:]
 	out, err := lz4Frames(nil, frame)
-	if err != nil || len(out) < len(val) {
-		t.Fatalf("lz4Frames = %d bytes, %v", len(out), err)
+	if err != nil || len(out) < len(val) || cap(out)-len(out) > 8<<10 {
+		t.Fatalf("lz4Frames = %d bytes in a %d-byte buffer, %v; want a buffer of its size (rounded to a page)", len(out), cap(out), err)
 	}
 	total := 0
 	if err := eachLZ4Block(frame, func(block []byte, stored, _ bool) error {
@@ -315,14 +339,18 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-func TestReadAllLimit(t *testing.T) {
-	out, err := readAll(nil, zeros{}, 4<<20)
-	if err == nil || len(out) > 8<<20+4096 {
-		t.Fatalf("readAll of an endless stream = %d bytes, %v; want an error at 4 MiB", len(out), err)
+func TestReadLimited(t *testing.T) {
+	out, err := readLimited(nil, zeros{}, 4<<20)
+	if err == nil || len(out) > 4<<20+1 {
+		t.Fatalf("readLimited of an endless stream = %d bytes, %v; want an error at 4 MiB", len(out), err)
 	}
-	out, err = readAll(nil, &sliceReader{b: make([]byte, 1000)}, 4<<20)
+	out, err = readLimited(make([]byte, 0, 10), bytes.NewReader(make([]byte, 1000)), 4<<20)
 	if err != nil || len(out) != 1000 {
-		t.Fatalf("readAll of 1000 bytes = %d, %v", len(out), err)
+		t.Fatalf("readLimited of 1000 bytes = %d, %v", len(out), err)
+	}
+	out, err = readLimited(nil, bytes.NewReader(make([]byte, 4<<20)), 4<<20)
+	if err != nil || len(out) != 4<<20 {
+		t.Fatalf("readLimited of exactly the limit = %d, %v; want all of it", len(out), err)
 	}
 }
 
@@ -453,6 +481,9 @@ func FuzzDecodeBatches(f *testing.F) {
 	})
 }
 
+// BenchmarkDecodeBatches decodes ~1 MiB of LZ4 batches the way the
+// partition reader does (fetcher.deliver): one batch at a time, each
+// batch's messages in a slice of their own.
 func BenchmarkDecodeBatches(b *testing.B) {
 	var recs []byte
 	n := 0
@@ -465,9 +496,19 @@ func BenchmarkDecodeBatches(b *testing.B) {
 	b.ReportAllocs()
 	var d batchDecoder
 	for b.Loop() {
-		got, _, _, err := d.decode(recs, 0, tmpl, nil)
-		if err != nil || len(got) != n {
-			b.Fatalf("decode = %d messages, %v", len(got), err)
+		got, rest, next := 0, recs, int64(0)
+		for first := true; ; first = false {
+			out, r, nx, _, ok, err := d.decodeNext(rest, next, 0, tmpl, nil, first)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got, rest, next = got+len(out), r, nx
+		}
+		if got != n {
+			b.Fatalf("decoded %d messages; want %d", got, n)
 		}
 	}
 }
