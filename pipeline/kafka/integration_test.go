@@ -81,7 +81,8 @@ func TestIntegrationDeleteTopic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	topic := newTopic(t, brokers, 2)
-	if err := DeleteTopic(ctx, brokers, topic); err != nil {
+	cfg := ProducerConfig{Brokers: brokers, Topic: topic}
+	if err := DeleteTopic(ctx, cfg); err != nil {
 		t.Fatalf("DeleteTopic: %v", err)
 	}
 	d := &kafka.Dialer{Timeout: 5 * time.Second}
@@ -89,7 +90,7 @@ func TestIntegrationDeleteTopic(t *testing.T) {
 		total, _, err := topicPartitions(ctx, d, brokers, topic)
 		return total == 0 || errors.Is(err, kafka.UnknownTopicOrPartition)
 	})
-	if err := DeleteTopic(ctx, brokers, topic); err != nil {
+	if err := DeleteTopic(ctx, cfg); err != nil {
 		t.Fatalf("DeleteTopic of a deleted topic: %v", err)
 	}
 }

@@ -177,48 +177,59 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 	return CreateTopicWith(ctx, ProducerConfig{Brokers: brokers, Topic: topic}, partitions)
 }
 
-// DeleteTopic deletes topic (the load benchmark's, at its end); a topic
-// that does not exist is no error.
-func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
-	sec, err := newSecurity("kafka", nil, nil)
+// DeleteTopic deletes cfg.Topic (the load benchmark's, at its end),
+// connecting as CreateTopicWith does; a topic that does not exist is no
+// error.
+func DeleteTopic(ctx context.Context, cfg ProducerConfig) error {
+	c, _, done, err := topicAdmin(cfg)
 	if err != nil {
 		return err
 	}
-	t := sec.transport()
-	defer t.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: t}
-	res, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	defer done()
+	res, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{cfg.Topic}})
 	if err != nil {
-		return fmt.Errorf("kafka delete topic %s: %w", topic, err)
+		return fmt.Errorf("kafka delete topic %s: %w", cfg.Topic, err)
 	}
-	if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.UnknownTopicOrPartition) {
-		return fmt.Errorf("kafka delete topic %s: %w", topic, err)
+	if err := res.Errors[cfg.Topic]; err != nil && !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return fmt.Errorf("kafka delete topic %s: %w", cfg.Topic, err)
 	}
 	return nil
 }
 
-// CreateTopicWith is CreateTopic for cfg.Topic, connecting with cfg's
-// brokers, TLS and SASL (other fields are ignored).
-func CreateTopicWith(ctx context.Context, cfg ProducerConfig, partitions int) error {
+// topicAdmin checks cfg's brokers, TLS, SASL and topic, and returns a
+// client on them with its security and the function that closes its
+// connections.
+func topicAdmin(cfg ProducerConfig) (*kafka.Client, security, func(), error) {
 	errs := validateBrokers("kafka.producer.brokers", cfg.Brokers)
 	errs = append(errs, cfg.TLS.Validate("kafka.producer.tls")...)
 	errs = append(errs, cfg.SASL.validate("kafka.producer.sasl")...)
 	if cfg.Topic == "" {
 		errs = append(errs, errors.New("kafka.producer.topic: must not be empty"))
 	}
-	if partitions <= 0 {
-		errs = append(errs, fmt.Errorf("kafka create topic: partitions must be > 0, got %d", partitions))
-	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, security{}, nil, err
 	}
 	sec, err := newSecurity("kafka.producer", cfg.TLS, cfg.SASL)
 	if err != nil {
-		return err
+		return nil, security{}, nil, err
 	}
 	t := sec.transport()
-	defer t.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: t}
+	return &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: t}, sec, t.CloseIdleConnections, nil
+}
+
+// CreateTopicWith is CreateTopic for cfg.Topic, connecting with cfg's
+// brokers, TLS and SASL (other fields are ignored).
+func CreateTopicWith(ctx context.Context, cfg ProducerConfig, partitions int) error {
+	c, sec, done, err := topicAdmin(cfg)
+	if partitions <= 0 {
+		err = errors.Join(err, fmt.Errorf("kafka create topic: partitions must be > 0, got %d", partitions))
+	}
+	if done != nil {
+		defer done()
+	}
+	if err != nil {
+		return err
+	}
 	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{
 		Topics: []kafka.TopicConfig{{
 			Topic:             cfg.Topic,

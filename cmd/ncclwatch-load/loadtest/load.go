@@ -440,7 +440,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := kafka.DeleteTopic(dctx, o.Brokers, o.Topic); err != nil {
+			if err := kafka.DeleteTopic(dctx, pcfg); err != nil {
 				fmt.Fprintf(stderr, "ncclwatch-load: %v\n", err)
 			}
 		}()
