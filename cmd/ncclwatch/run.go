@@ -416,7 +416,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 	g.Go(func() error {
 		retrying := func(err error) {
 			log.Warn().Err(err).Msg("kafka: retrying")
-			metrics.SourceRetries.WithLabelValues(retryReason(err)).Inc()
+			metrics.SourceRetries.WithLabelValues(kafka.RetryReason(err)).Inc()
 		}
 		err := src.Emit(gctx, in, runner.Stopped(), retrying)
 		if errors.Is(err, kafka.ErrLoopStopped) {
@@ -576,13 +576,4 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "clickhouse %s, database %s%s: applied migrations %v\n", ch.Version(), cfg.ClickHouse.Database, where, applied)
 	return exitOK
-}
-
-// retryReason is the reason label of ncclwatch_source_retries_total for
-// an error the Kafka source retries.
-func retryReason(err error) string {
-	if errors.Is(err, kafka.ErrCorruptBatch) {
-		return "corrupt_batch"
-	}
-	return "fetch"
 }

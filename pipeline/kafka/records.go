@@ -60,6 +60,15 @@ var errLegacyFormat = errors.New("message format v0/v1 (magic < 2)")
 // or does not decode: the partition reader retries from that batch.
 var ErrCorruptBatch = errors.New("corrupt record batch")
 
+// RetryReason names the kind of an error the source retries (the reason
+// label of ncclwatch_source_retries_total): "corrupt_batch" or "fetch".
+func RetryReason(err error) string {
+	if errors.Is(err, ErrCorruptBatch) {
+		return "corrupt_batch"
+	}
+	return "fetch"
+}
+
 // fetchRequest is one partition's Fetch request of version v.
 type fetchRequest struct {
 	version       int16

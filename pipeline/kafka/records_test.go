@@ -512,3 +512,21 @@ func BenchmarkDecodeBatches(b *testing.B) {
 		}
 	}
 }
+
+// TestRetryReason: a corrupt record batch, as the partition reader wraps
+// it, is told apart from other fetch errors.
+func TestRetryReason(t *testing.T) {
+	corrupt := fmt.Errorf("kafka fetch logs/3: %w", fmt.Errorf("record batch at offset 5: %w: CRC-32C 1, stored 2", ErrCorruptBatch))
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{corrupt, "corrupt_batch"},
+		{fmt.Errorf("kafka fetch logs/3: %w", errors.New("dial tcp 127.0.0.1:9092: connection refused")), "fetch"},
+		{fmt.Errorf("kafka fetch logs/3: %w", ErrLoopStopped), "fetch"},
+	} {
+		if got := RetryReason(tc.err); got != tc.want {
+			t.Errorf("RetryReason(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+}
