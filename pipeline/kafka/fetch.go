@@ -308,7 +308,6 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 			f.s.nativeFetches.Add(1)
 		}
 		if err == nil {
-			shared = false
 			tmpl := Message{Topic: f.p.Topic, Partition: f.p.Partition, HighWaterMark: res.highWaterMark}
 			next, sh, sent, derr := f.deliver(ctx, &dec, res.records, off, tmpl)
 			if !sent {
