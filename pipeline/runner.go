@@ -546,7 +546,17 @@ type Input struct {
 	Message Message
 	// Messages, when not nil, are records handled in order instead of
 	// Message: a source hands over what it fetched in one channel send.
-	Messages   []Message
+	Messages []Message
+	// Release, when not nil, is called by the loop once it no longer reads
+	// the Key and Value bytes of Messages: the source may then reuse the
+	// buffer they are slices of. The loop copies what it keeps of a record
+	// (events, dead letters, metadata), as it must anyway for the buffers
+	// its parse workers reuse. A run the loop drops (a reset, a stop) or
+	// keeps through a suspension is never released: the garbage collector
+	// takes its buffer instead, so a missed call costs an allocation and
+	// an early one is the only mistake (race-enabled builds of the Kafka
+	// source poison released buffers to catch it).
+	Release    func()
 	Partitions []Partition
 	Ctx        context.Context
 	// Done, for assignments and revocations, gets the loop's answer; it
@@ -912,27 +922,28 @@ func (r *Runner) handle(ctx context.Context, x Input) error {
 			ms = []Message{x.Message}
 		}
 		if r.suspended {
-			r.late = append(r.late, ms)
+			r.late = append(r.late, ms) // never released (Input.Release)
 			return nil
 		}
-		return r.feed(ctx, ms)
+		return r.feed(ctx, ms, x.Release)
 	}
 	return nil
 }
 
 // feed processes a run of records: sent to the parse workers, or parsed
-// and applied on the loop.
-func (r *Runner) feed(ctx context.Context, ms []Message) error {
+// and applied on the loop. release, if not nil, is the run's
+// Input.Release.
+func (r *Runner) feed(ctx context.Context, ms []Message, release func()) error {
 	if r.pool != nil {
-		return r.dispatch(ctx, ms)
+		return r.dispatch(ctx, ms, release)
 	}
-	return r.messages(ctx, ms)
+	return r.messages(ctx, ms, release)
 }
 
 // messages processes records in order; a fatal error stops it, and a
 // suspension (the generation ended with the batch full) keeps the rest
-// for the revocation.
-func (r *Runner) messages(ctx context.Context, ms []Message) error {
+// for the revocation. release is called once all of ms was processed.
+func (r *Runner) messages(ctx context.Context, ms []Message, release func()) error {
 	now := r.deps.Now() // a run's records were fetched together: one clock read
 	for i := range ms {
 		if r.suspended {
@@ -943,6 +954,9 @@ func (r *Runner) messages(ctx context.Context, ms []Message) error {
 			return err
 		}
 		now = r.later(now)
+	}
+	if release != nil {
+		release()
 	}
 	return nil
 }
@@ -969,7 +983,7 @@ func (r *Runner) resumeLate(ctx, fctx context.Context) error {
 		return err
 	}
 	for _, ms := range late {
-		if err := r.feed(ctx, ms); err != nil {
+		if err := r.feed(ctx, ms, nil); err != nil {
 			return err
 		}
 	}

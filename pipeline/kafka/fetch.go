@@ -31,9 +31,31 @@ const (
 	fetchBackoffMax = time.Second
 )
 
-// chunk is up to chunkMax consecutive messages of one partition.
+// chunk is up to chunkMax consecutive messages of one partition, and the
+// arenas their keys and values are slices of (held for the chunk).
 type chunk struct {
-	msgs []Message
+	msgs   []Message
+	arenas []*arena
+}
+
+// releaser returns the chunk's pipeline.Input.Release: it drops the
+// chunk's holds; nil when it holds none.
+func (c chunk) releaser() func() {
+	if len(c.arenas) == 0 {
+		return nil
+	}
+	return func() {
+		for _, a := range c.arenas {
+			a.drop()
+		}
+	}
+}
+
+// heldArena is an arena deliver holds, and where in its pending messages
+// the records of it start and end.
+type heldArena struct {
+	a          *arena
+	start, end int
 }
 
 // fetcher reads one partition through kafka-go's connection-level fetch
@@ -292,7 +314,7 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 	defer stop()
 	var (
 		req, body []byte
-		dec       batchDecoder
+		dec       = batchDecoder{pooled: true}
 		shared    bool // body holds records handed on: the next response needs a new one
 	)
 	for ctx.Err() == nil {
@@ -332,28 +354,76 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 // up). What decoded before an error is queued; off becomes the offset
 // after it. shared: a message refers to recs; sent is false when ctx ended
 // first.
+//
+// A decompressed batch's arena is held by deliver until its last record is
+// queued and by every chunk with records of it, until the chunk is
+// released (pipeline.Input.Release).
 func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, off int64, tmpl Message) (next int64, shared, sent bool, err error) {
 	var c []Message
+	var held []heldArena
+	defer func() {
+		for _, h := range held {
+			h.a.drop()
+		}
+	}()
 	from := off
 	for first := true; ; first = false {
 		var own, ok bool
 		n := len(c)
 		c, recs, off, own, ok, err = dec.decodeNext(recs, off, from, tmpl, c, first)
+		if a := dec.takeArena(); a != nil {
+			if len(c) > n {
+				held = append(held, heldArena{a, n, len(c)})
+			} else {
+				a.drop()
+			}
+		}
 		shared = shared || (!own && len(c) > n)
 		for len(c) >= f.size {
-			if !f.send(ctx, chunk{msgs: c[:f.size:f.size]}) {
+			if !f.send(ctx, cut(c[:f.size:f.size], held)) {
 				return off, shared, false, nil
 			}
 			c = c[f.size:]
+			held = shift(held, f.size)
 		}
 		if err != nil || !ok {
 			break
 		}
 	}
-	if len(c) > 0 && !f.send(ctx, chunk{msgs: c[:len(c):len(c)]}) {
+	if len(c) > 0 && !f.send(ctx, cut(c[:len(c):len(c)], held)) {
 		return off, shared, false, nil
 	}
 	return off, shared, true, err
+}
+
+// cut returns the chunk of msgs, the first pending messages, holding the
+// arenas of held that records of msgs are in.
+func cut(msgs []Message, held []heldArena) chunk {
+	c := chunk{msgs: msgs}
+	for _, h := range held {
+		if h.start < len(msgs) {
+			h.a.hold()
+			c.arenas = append(c.arenas, h.a)
+		}
+	}
+	return c
+}
+
+// shift moves held's positions back by n, the messages queued, and drops
+// the arenas none of whose records are pending any more.
+func shift(held []heldArena, n int) []heldArena {
+	k := 0
+	for _, h := range held {
+		h.start, h.end = max(h.start-n, 0), h.end-n
+		if h.end <= 0 {
+			h.a.drop()
+			continue
+		}
+		held[k] = h
+		k++
+	}
+	clear(held[k:])
+	return held[:k]
 }
 
 // roundTrip writes req on c and reads the response's body into buf (a new

@@ -273,6 +273,27 @@ const (
 // batch's buffer. Not safe for concurrent use.
 type batchDecoder struct {
 	ratio float64 // decompressed / compressed bytes of the last compressed batch
+	// pooled: decompress into pooled buffers (takeBuf), each batch's in
+	// an arena the caller takes (takeArena); otherwise into new ones.
+	pooled bool
+	arena  *arena // the last decompressed batch's, until taken
+}
+
+// takeArena returns the arena of the batch decodeNext decoded last, with
+// the decoder's hold now the caller's; nil when that batch was not
+// decompressed (or the decoder does not pool).
+func (d *batchDecoder) takeArena() *arena {
+	a := d.arena
+	d.arena = nil
+	return a
+}
+
+// buf returns an empty buffer for n bytes.
+func (d *batchDecoder) buf(n int) []byte {
+	if d.pooled {
+		return takeBuf(n)
+	}
+	return make([]byte, 0, n)
 }
 
 // decodeNext appends to out the records of the first record batch of recs
@@ -382,7 +403,13 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 	var out []byte
 	var err error
 	if c == compress.Lz4 {
-		out, err = lz4Frames(nil, data) // sized exactly
+		// Sized exactly. Never an empty buffer: pierrec/lz4's amd64
+		// decoder writes through a nil one (its short-output bound wraps
+		// below address 32).
+		var size int
+		if size, err = lz4Size(data); err == nil {
+			out, err = lz4Decode(d.buf(max(size, 1)), data)
+		}
 	} else {
 		// Sized from the last batch's ratio, grown as needed.
 		guess := min(int(float64(len(data))*max(d.ratio, 1)*1.05)+512, 64<<20)
@@ -391,7 +418,7 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 			return nil, fmt.Errorf("unknown compression codec %d", c)
 		}
 		r := codec.NewReader(bytes.NewReader(data))
-		out, err = readLimited(make([]byte, 0, guess), r, maxDecompressed)
+		out, err = readLimited(d.buf(guess), r, maxDecompressed)
 		r.Close()
 	}
 	if err != nil {
@@ -399,6 +426,12 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 	}
 	if len(data) > 0 {
 		d.ratio = float64(len(out)) / float64(len(data))
+	}
+	if d.pooled {
+		if d.arena != nil {
+			d.arena.drop() // a batch before that nobody took: none of its records were kept
+		}
+		d.arena = newArena(out)
 	}
 	return out, nil
 }
@@ -444,6 +477,18 @@ const (
 // batch's CRC-32C covers these bytes). A linked block (block independence
 // unset) reads the previous 64 KiB of output as its dictionary.
 func lz4Frames(dst, src []byte) ([]byte, error) {
+	size, err := lz4Size(src)
+	if err != nil {
+		return dst, err
+	}
+	// Never an empty buffer: pierrec/lz4's amd64 decoder writes through a
+	// nil one (its short-output bound wraps below address 32).
+	return lz4Decode(slices.Grow(dst, max(size, 1)), src)
+}
+
+// lz4Size returns the decompressed size of the LZ4 frames in src, read
+// from their blocks' sequence headers (lz4Frames).
+func lz4Size(src []byte) (int, error) {
 	size := 0
 	err := eachLZ4Block(src, func(block []byte, stored, _ bool) error {
 		n := len(block)
@@ -457,13 +502,14 @@ func lz4Frames(dst, src []byte) ([]byte, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return dst, err
-	}
-	// Never an empty buffer: pierrec/lz4's amd64 decoder writes through a
-	// nil one (its short-output bound wraps below address 32).
-	dst = slices.Grow(dst, max(size, 1))
-	err = eachLZ4Block(src, func(block []byte, stored, linked bool) error {
+	return size, err
+}
+
+// lz4Decode appends the decompressed content of the LZ4 frames in src to
+// dst, which must have room for all of it (lz4Size) and must not be empty
+// (a nil one breaks pierrec/lz4's amd64 decoder).
+func lz4Decode(dst, src []byte) ([]byte, error) {
+	err := eachLZ4Block(src, func(block []byte, stored, linked bool) error {
 		if stored {
 			dst = append(dst, block...)
 			return nil

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/pierrec/lz4/v4"
 	"github.com/segmentio/kafka-go"
@@ -527,6 +529,95 @@ func TestRetryReason(t *testing.T) {
 	} {
 		if got := RetryReason(tc.err); got != tc.want {
 			t.Errorf("RetryReason(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestDeliverHoldsArenas: the partition reader's chunks hold the arenas of
+// the decompressed batches their records are in (a chunk may span
+// batches, a batch several chunks, an uncompressed batch in between has
+// none), deliver keeps no hold once it returned, and the release of the
+// last chunk of an arena gives its buffer back; the records read the same
+// until their chunk is released.
+func TestDeliverHoldsArenas(t *testing.T) {
+	var recs []byte
+	var want []testRecord
+	for i, attrs := range []protocol.Attributes{protocol.Attributes(compress.Lz4), protocol.Attributes(compress.Lz4), 0,
+		protocol.Attributes(compress.Gzip), protocol.Attributes(compress.Lz4)} {
+		rs := testRecords(7+3*i, i)
+		recs = append(recs, encodeBatch(t, int64(len(want)), attrs, rs)...)
+		want = append(want, rs...)
+	}
+	q := make(chan chunk, 100)
+	f := &fetcher{q: q, size: 4, s: &Source{}}
+	dec := batchDecoder{pooled: true}
+	next, shared, sent, err := f.deliver(context.Background(), &dec, recs, 0, tmpl)
+	if err != nil || !sent || next != int64(len(want)) || !shared {
+		t.Fatalf("deliver = %d, shared %v, sent %v, %v; want %d, shared (an uncompressed batch), sent", next, shared, sent, err, len(want))
+	}
+	close(q)
+	var chunks []chunk
+	var got []Message
+	holders := map[*arena]int{}
+	for c := range q {
+		chunks = append(chunks, c)
+		got = append(got, c.msgs...)
+		for _, a := range c.arenas {
+			holders[a]++
+		}
+	}
+	checkDecoded(t, got, 0, want)
+	if len(holders) != 4 {
+		t.Fatalf("%d arenas held by the chunks; want 4 (the compressed batches)", len(holders))
+	}
+	for a, n := range holders {
+		if r := a.refs.Load(); r != int32(n) {
+			t.Fatalf("arena of %d bytes: %d holds; want %d, its chunks' (deliver kept one)", len(a.buf), r, n)
+		}
+	}
+	// Every record of a chunk lies in the chunk's arenas or in recs.
+	for i, c := range chunks {
+		for _, m := range c.msgs {
+			in := len(m.Value) == 0 || inside(m.Value, recs)
+			for _, a := range c.arenas {
+				in = in || inside(m.Value, a.buf)
+			}
+			if !in {
+				t.Fatalf("chunk %d: record %d's value in an arena the chunk does not hold", i, m.Offset)
+			}
+		}
+	}
+	for _, c := range chunks {
+		if rel := c.releaser(); rel != nil {
+			rel()
+		}
+	}
+	for a := range holders {
+		if r := a.refs.Load(); r != 0 || a.buf != nil {
+			t.Fatalf("after every release an arena has %d holds, buffer %v; want 0, given back", r, a.buf != nil)
+		}
+	}
+}
+
+// inside reports whether b lies in buf's memory.
+func inside(b, buf []byte) bool {
+	if len(buf) == 0 {
+		return false
+	}
+	p, lo, hi := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&buf[0]))+uintptr(cap(buf))
+	return p >= lo && p+uintptr(len(b)) <= hi
+}
+
+// TestBufClass: pooled buffers come in powers of two from 64 KiB to 64 MiB;
+// only a buffer of exactly a class's size goes back to its pool.
+func TestBufClass(t *testing.T) {
+	for _, tc := range []struct{ n, class int }{{1, 0}, {64 << 10, 0}, {64<<10 + 1, 1}, {1 << 20, 4}, {64 << 20, 10}, {64<<20 + 1, -1}} {
+		if c := bufClass(tc.n); c != tc.class {
+			t.Errorf("bufClass(%d) = %d; want %d", tc.n, c, tc.class)
+		}
+		b := takeBuf(tc.n)
+		if len(b) != 0 || cap(b) < tc.n || tc.class >= 0 && cap(b) != 1<<(tc.class+16) {
+			t.Errorf("takeBuf(%d) = len %d cap %d", tc.n, len(b), cap(b))
 		}
 	}
 }
