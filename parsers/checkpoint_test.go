@@ -291,4 +291,16 @@ func BenchmarkParseCheckpoint(b *testing.B) {
 			c.Parse(miss, &cl)
 		}
 	})
+	// torch's activation-checkpointing warning: three "checkpoint"s, no
+	// checkpoint form (7 % of the load stream's lines).
+	warn := []byte("/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. In version 2.4 we will raise an exception if use_reentrant is not passed.")
+	b.Run("torch-warning", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(warn)))
+		for b.Loop() {
+			if c.Parse(warn, &cl) {
+				b.Fatal("the torch warning read as a checkpoint line")
+			}
+		}
+	})
 }
