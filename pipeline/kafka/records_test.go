@@ -465,6 +465,31 @@ func FuzzDecodeBatches(f *testing.F) {
 		if next < from {
 			t.Fatalf("next %d < from %d", next, from)
 		}
+		// Decoded into pooled arenas that held garbage: the same
+		// messages, and the same error or none.
+		poisonPools()
+		pd := batchDecoder{pooled: true}
+		var pgot []Message
+		var held []*arena
+		rest, pnext := recs, from
+		for first := true; ; first = false {
+			var ok bool
+			var perr error
+			pgot, rest, pnext, _, ok, perr = pd.decodeNext(rest, pnext, from, tmpl, pgot, first)
+			if a := pd.takeArena(); a != nil {
+				held = append(held, a)
+			}
+			if perr != nil || !ok {
+				if (perr == nil) != (err == nil) || pnext != next {
+					t.Fatalf("pooled: next %d, error %v; unpooled next %d, error %v", pnext, perr, next, err)
+				}
+				break
+			}
+		}
+		sameMessages(t, "pooled", pgot, got)
+		for _, a := range held {
+			a.drop()
+		}
 		for _, m := range got {
 			if m.Offset < from || m.Offset >= next {
 				t.Fatalf("message offset %d outside [%d, %d) (err %v)", m.Offset, from, next, err)
@@ -472,11 +497,22 @@ func FuzzDecodeBatches(f *testing.F) {
 		}
 		if len(recs) >= batchHeaderSize {
 			// The batch itself, as if its CRC matched.
-			got, _, _ := d.batch(recs, from, tmpl, nil)
+			got, _, err := d.batch(recs, from, tmpl, nil)
 			for _, m := range got {
 				if m.Offset < from {
 					t.Fatalf("batch: message offset %d < from %d", m.Offset, from)
 				}
+			}
+			// Its decompressed records never read what a pooled arena
+			// held before.
+			poisonPools()
+			pgot, _, perr := pd.batch(recs, from, tmpl, nil)
+			if (perr == nil) != (err == nil) {
+				t.Fatalf("batch: pooled error %v; unpooled %v", perr, err)
+			}
+			sameMessages(t, "pooled batch", pgot, got)
+			if a := pd.takeArena(); a != nil {
+				a.drop()
 			}
 		}
 		_, _ = lz4Frames(nil, recs)
@@ -618,6 +654,38 @@ func TestBufClass(t *testing.T) {
 		b := takeBuf(tc.n)
 		if len(b) != 0 || cap(b) < tc.n || tc.class >= 0 && cap(b) != 1<<(tc.class+16) {
 			t.Errorf("takeBuf(%d) = len %d cap %d", tc.n, len(b), cap(b))
+		}
+	}
+}
+
+// poisonPools fills a buffer of the smallest pool (the fuzzer's batches
+// decompress to less than 64 KiB) with garbage and puts it back, for the
+// next takeBuf to find.
+func poisonPools() {
+	b := takeBuf(1 << minPooledShift)
+	b = b[:cap(b)]
+	copy(b, garbage[:])
+	putBuf(b)
+}
+
+var garbage = func() (g [1 << minPooledShift]byte) {
+	for i := range g {
+		g[i] = 0xEE
+	}
+	return g
+}()
+
+// sameMessages fails unless got and want hold the same records.
+func sameMessages(t *testing.T, name string, got, want []Message) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d messages; want %d", name, len(got), len(want))
+	}
+	for i := range got {
+		a, b := got[i], want[i]
+		if a.Offset != b.Offset || !bytes.Equal(a.Key, b.Key) || (a.Key == nil) != (b.Key == nil) ||
+			!bytes.Equal(a.Value, b.Value) || !a.Time.Equal(b.Time) {
+			t.Fatalf("%s: message %d = offset %d key %q value %q; want %d %q %q", name, i, a.Offset, a.Key, a.Value, b.Offset, b.Key, b.Value)
 		}
 	}
 }
