@@ -548,8 +548,8 @@ type Input struct {
 	// Message: a source hands over what it fetched in one channel send.
 	Messages []Message
 	// Release, when not nil, is called by the loop once it no longer reads
-	// the Key and Value bytes of Messages: the source may then reuse the
-	// buffer they are slices of. The loop copies what it keeps of a record
+	// Messages, their Key and Value bytes included: the source may then
+	// reuse the buffer they are slices of. The loop copies what it keeps of a record
 	// (events, dead letters, metadata), as it must anyway for the buffers
 	// its parse workers reuse. A run the loop drops (a reset, a stop) or
 	// keeps through a suspension is never released: the garbage collector

@@ -149,10 +149,14 @@ func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Messa
 type releases struct {
 	mu    sync.Mutex
 	calls []int
+	late  []bool // the run was sent as its generation ended (it may be kept for the revocation)
 }
 
 // input returns the Input of a copy of ms, with a Release that poisons it.
-func (rl *releases) input(ms []pipeline.Message) pipeline.Input {
+func (rl *releases) input(ms []pipeline.Message) pipeline.Input { return rl.run(ms, false) }
+
+// run is input; late says the run is sent as its generation ends.
+func (rl *releases) run(ms []pipeline.Message, late bool) pipeline.Input {
 	ms = slices.Clone(ms)
 	for i := range ms {
 		ms[i].Key, ms[i].Value = bytes.Clone(ms[i].Key), bytes.Clone(ms[i].Value)
@@ -161,7 +165,13 @@ func (rl *releases) input(ms []pipeline.Message) pipeline.Input {
 	defer rl.mu.Unlock()
 	k := len(rl.calls)
 	rl.calls = append(rl.calls, 0)
+	rl.late = append(rl.late, late)
 	return pipeline.Input{Messages: ms, Release: func() {
+		// The loop reads nothing of a released run: neither the bytes
+		// nor the records.
+		for i := range ms {
+			ms[i].Topic, ms[i].Partition, ms[i].Offset, ms[i].Time = "#", -7, -1<<40, time.Time{}
+		}
 		for _, m := range ms {
 			for i := range m.Value {
 				m.Value[i] = '#'
@@ -281,12 +291,20 @@ func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message,
 	feed(next, half, 5)
 	// A run across partitions, as a source without per-partition runs
 	// would send it.
+	// Three rounds over the partitions: one job per record with parse
+	// workers, several of them out at once.
 	var mixed []pipeline.Message
-	for _, p := range parts {
-		mixed = append(mixed, input[p][next[p]])
-		next[p]++
+	for range 3 {
+		for _, p := range parts {
+			mixed = append(mixed, input[p][next[p]])
+			next[p]++
+		}
 	}
-	in <- pipeline.Input{Messages: mixed}
+	if rl != nil {
+		in <- rl.run(mixed, true) // the loop may take it after endGen
+	} else {
+		in <- pipeline.Input{Messages: mixed}
+	}
 	endGen()
 	ask(pipeline.InputRevoked, gen(nil))
 
@@ -444,13 +462,14 @@ func TestRunReleasesRunsAfterUse(t *testing.T) {
 				if n > 1 {
 					t.Errorf("%s: run %d released %d times", name, k, n)
 				}
+				// Only runs kept through a suspension (for the
+				// revocation) or dropped stay unreleased: none while
+				// generations last until their revocation, but for the
+				// one sent as its generation ends.
+				if n == 0 && !ended && !rl.late[k] {
+					t.Errorf("%s: run %d of %d not released", name, k, len(rl.calls))
+				}
 				released += n
-			}
-			// Only runs kept through a suspension (for the revocation)
-			// or dropped stay unreleased: none while generations last
-			// until their revocation.
-			if !ended && released != len(rl.calls) {
-				t.Errorf("%s: %d of %d runs released; want all", name, released, len(rl.calls))
 			}
 			t.Logf("%s: %d of %d runs released", name, released, len(rl.calls))
 		}

@@ -30,6 +30,7 @@ func (a *arena) drop() {
 	case n == 0:
 		putBuf(a.buf)
 		a.buf = nil
+		liveArenas.Add(-1)
 	case n < 0:
 		panic("kafka: arena released more often than held")
 	}
@@ -39,8 +40,13 @@ func (a *arena) drop() {
 func newArena(buf []byte) *arena {
 	a := &arena{buf: buf}
 	a.refs.Store(1)
+	liveArenas.Add(1)
 	return a
 }
+
+// liveArenas counts the arenas not given back yet (tests: that holds
+// are given back).
+var liveArenas atomic.Int64
 
 // Pooled buffers come in size classes of powers of two from minPooled to
 // maxPooled bytes; a batch larger than that gets a buffer of its own.
@@ -50,6 +56,10 @@ const (
 )
 
 var bufPools [maxPooledShift - minPooledShift + 1]sync.Pool // of *[]byte
+
+// pooledTakes counts the buffers takeBuf found in a pool (tests: that
+// buffers are used again).
+var pooledTakes atomic.Int64
 
 // bufClass returns the class of a buffer for n bytes, or -1 when n is
 // over maxPooled.
@@ -73,13 +83,15 @@ func takeBuf(n int) []byte {
 		return make([]byte, 0, n)
 	}
 	if p, _ := bufPools[c].Get().(*[]byte); p != nil {
+		pooledTakes.Add(1)
 		return (*p)[:0]
 	}
 	return make([]byte, 0, 1<<(c+minPooledShift))
 }
 
 // putBuf pools b when its capacity is exactly a class's (a buffer of its
-// own, or one a decompressor grew, is left to the garbage collector).
+// own, or one a decompressor grew to another size, is left to the garbage
+// collector).
 func putBuf(b []byte) {
 	c := bufClass(cap(b))
 	if c < 0 || cap(b) != 1<<(c+minPooledShift) {

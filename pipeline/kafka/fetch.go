@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -39,15 +40,26 @@ type chunk struct {
 }
 
 // releaser returns the chunk's pipeline.Input.Release: it drops the
-// chunk's holds; nil when it holds none.
+// chunk's holds, once however often it is called (a second drop would
+// give up holds of other chunks, and their buffer could be reused under
+// them); nil when the chunk holds none.
 func (c chunk) releaser() func() {
 	if len(c.arenas) == 0 {
 		return nil
 	}
+	var done atomic.Bool
 	return func() {
-		for _, a := range c.arenas {
-			a.drop()
+		if done.Swap(true) {
+			return
 		}
+		c.drop()
+	}
+}
+
+// drop gives up the chunk's holds.
+func (c chunk) drop() {
+	for _, a := range c.arenas {
+		a.drop()
 	}
 }
 
@@ -380,7 +392,7 @@ func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, o
 		}
 		shared = shared || (!own && len(c) > n)
 		for len(c) >= f.size {
-			if !f.send(ctx, cut(c[:f.size:f.size], held)) {
+			if !f.sendHeld(ctx, cut(c[:f.size:f.size], held)) {
 				return off, shared, false, nil
 			}
 			c = c[f.size:]
@@ -390,10 +402,20 @@ func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, o
 			break
 		}
 	}
-	if len(c) > 0 && !f.send(ctx, cut(c[:len(c):len(c)], held)) {
+	if len(c) > 0 && !f.sendHeld(ctx, cut(c[:len(c):len(c)], held)) {
 		return off, shared, false, nil
 	}
 	return off, shared, true, err
+}
+
+// sendHeld is send for a chunk that holds arenas: one that is not queued
+// gives its holds back.
+func (f *fetcher) sendHeld(ctx context.Context, c chunk) bool {
+	if f.send(ctx, c) {
+		return true
+	}
+	c.drop()
+	return false
 }
 
 // cut returns the chunk of msgs, the first pending messages, holding the

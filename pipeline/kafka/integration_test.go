@@ -20,6 +20,8 @@ func TestIntegrationBatchHandler(t *testing.T) { testConsumeAllWith(t, realBroke
 
 func TestIntegrationEmit(t *testing.T) { testEmit(t, realBrokers(t)) }
 
+func TestIntegrationEmitReusesArenas(t *testing.T) { testEmitReusesArenas(t, realBrokers(t)) }
+
 func TestIntegrationResumeAfterCommit(t *testing.T) { testResume(t, realBrokers(t)) }
 
 func TestIntegrationRebalance(t *testing.T) { testRebalance(t, realBrokers(t)) }

@@ -633,6 +633,30 @@ func TestDeliverHoldsArenas(t *testing.T) {
 			t.Fatalf("after every release an arena has %d holds, buffer %v; want 0, given back", r, a.buf != nil)
 		}
 	}
+	// A second release of a chunk changes nothing.
+	a := newArena(takeBuf(1)) // held by deliver, say
+	a.hold()                  // and by the chunk
+	rel := chunk{arenas: []*arena{a}}.releaser()
+	rel()
+	rel()
+	if r := a.refs.Load(); r != 1 {
+		t.Fatalf("a chunk released twice left %d holds of 2; want 1", r)
+	}
+	a.drop()
+
+	// Queued nowhere (the context ended): deliver gives every hold back,
+	// its own and those of the chunk it could not queue.
+	live := liveArenas.Load()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f = &fetcher{q: make(chan chunk), size: 4, s: &Source{}}
+	dec = batchDecoder{pooled: true}
+	if _, _, sent, _ := f.deliver(ctx, &dec, recs, 0, tmpl); sent {
+		t.Fatal("deliver with an ended context: sent")
+	}
+	if n := liveArenas.Load() - live; n != 0 {
+		t.Fatalf("deliver that queued nothing left %d arenas held", n)
+	}
 }
 
 // inside reports whether b lies in buf's memory.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -488,5 +489,114 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 				}
 			}
 		})
+	}
+}
+
+// testEmitReusesArenas: LZ4 batches read by the native decoder through
+// Emit come with a Release on every run; a consumer that keeps the last
+// few runs unreleased and releases the older ones sees each kept run's
+// records intact (buffers are used again meanwhile: poisoned when released
+// in race-enabled builds) and every record as produced.
+func testEmitReusesArenas(t *testing.T, brokers []string) {
+	const calls, per = 40, 25
+	topic := newTopic(t, brokers, 2)
+	pc := DefaultProducerConfig()
+	pc.Brokers, pc.Topic, pc.Compression = brokers, topic, CompressionLZ4
+	p, err := NewProducer(pc)
+	if err != nil {
+		t.Fatalf("NewProducer: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	want := map[string]bool{}
+	for c := range calls {
+		// One produce call per few batches: many batches, many arenas.
+		msgs := make([]ProducerMessage, per)
+		for i := range msgs {
+			v := fmt.Sprintf("record %d of call %d %s", i, c, strings.Repeat("NCCL INFO ", (c*per+i)%50))
+			msgs[i] = ProducerMessage{Key: fmt.Appendf(nil, "pod-%d", i%4), Value: []byte(v)}
+			want[v] = true
+		}
+		if err := p.Produce(ctx, msgs); err != nil {
+			t.Fatalf("Produce: %v", err)
+		}
+	}
+	p.Close()
+
+	cfg := testConfig(brokers, topic, uniq("group"))
+	cfg.QueueCapacity = 16 // runs of 16: several per batch
+	src := mustSource(t, cfg)
+	ectx, ecancel := context.WithCancel(context.Background())
+	defer ecancel()
+	in := make(chan pipeline.Input, 2)
+	errc := make(chan error, 1)
+	go func() { errc <- src.Emit(ectx, in, make(chan struct{}), nil) }()
+
+	type kept struct {
+		msgs    []pipeline.Message
+		values  []string
+		release func()
+	}
+	var window []kept
+	got := map[string]bool{}
+	takes := pooledTakes.Load()
+	check := func(k kept) {
+		t.Helper()
+		for i, m := range k.msgs {
+			if string(m.Value) != k.values[i] {
+				t.Fatalf("%s/%d@%d changed before its run was released: %.40q, was %.40q", m.Topic, m.Partition, m.Offset, m.Value, k.values[i])
+			}
+		}
+	}
+	deadline := time.After(waitLong)
+	for len(got) < calls*per {
+		select {
+		case x := <-in:
+			switch x.Kind {
+			case pipeline.InputAssigned, pipeline.InputRevoked:
+				x.Done <- nil
+				continue
+			}
+			if x.Messages == nil || x.Release == nil {
+				t.Fatalf("a run of %d records without Release (single %v): the native decoder's runs are released", len(x.Messages), x.Messages == nil)
+			}
+			k := kept{msgs: x.Messages, release: x.Release}
+			for _, m := range x.Messages {
+				k.values = append(k.values, string(m.Value))
+				got[string(m.Value)] = true
+			}
+			window = append(window, k)
+			if len(window) > 3 {
+				check(window[0])
+				window[0].release()
+				window[0].release() // a second call does nothing
+				window = window[1:]
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d records within %v", len(got), calls*per, waitLong)
+		}
+	}
+	for _, k := range window {
+		check(k)
+		k.release()
+	}
+	ecancel()
+	for x := range in {
+		if x.Done != nil {
+			x.Done <- nil
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Emit = %v", err)
+	}
+	for v := range want {
+		if !got[v] {
+			t.Fatalf("produced %.40q, not read", v)
+		}
+	}
+	if n := pooledTakes.Load() - takes; n == 0 {
+		t.Errorf("no decompression buffer was used again")
+	} else {
+		t.Logf("%d decompression buffers used again", n)
 	}
 }

@@ -95,8 +95,8 @@ type Handler interface {
 // were fetched): Run then calls Messages instead of Message, with the same
 // ordering and the same error and context rules. The slice and its
 // records are the handler's to keep; release, when not nil, is to be
-// called once the handler no longer reads their Key and Value bytes, which
-// are then reused for records fetched later (see pipeline.Input.Release;
+// called (once; more calls do nothing) when the handler no longer reads
+// their Key and Value bytes, which are then reused for records fetched later (see pipeline.Input.Release;
 // never calling it leaves them to the garbage collector).
 type BatchHandler interface {
 	Handler

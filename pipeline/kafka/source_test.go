@@ -32,6 +32,8 @@ func TestEmit(t *testing.T) { testEmit(t, newFake(t)) }
 
 func TestFetchDecoders(t *testing.T) { testFetchDecoders(t, newFake(t)) }
 
+func TestEmitReusesArenas(t *testing.T) { testEmitReusesArenas(t, newFake(t)) }
+
 // TestBackpressure blocks the handler with a one-message queue: nothing is
 // delivered meanwhile, delivery resumes when the handler does, and a
 // handler blocked on a slow sink lets Run stop promptly.
