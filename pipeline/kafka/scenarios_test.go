@@ -412,8 +412,8 @@ loop:
 // testFetchDecoders: records written with every compression codec, some
 // with null keys, empty values, headers-free and large values, read by the
 // native fetch and by kafka-go's Batch reader: the same messages (offset,
-// key, value, time), every one, in order, with the native decoder's
-// buffers used again as runs are released.
+// key, value, time), every one, in order, each run released once copied
+// (testEmitReusesArenas is the test of buffers used again).
 func testFetchDecoders(t *testing.T, brokers []string) {
 	for _, codec := range []string{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
 		t.Run(codec, func(t *testing.T) {
@@ -451,9 +451,8 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 			for i, dec := range []string{FetchNative, FetchKafkaGo} {
 				cfg := testConfig(brokers, topic, uniq("group"))
 				cfg.FetchDecoder = dec
-				// Runs of records, released once copied (batchRecorder):
-				// the native decoder's arenas are reused, and poisoned
-				// when released in race-enabled builds.
+				// Runs of records, released once copied (batchRecorder),
+				// as the run loop releases them.
 				r := &batchRecorder{recorder: &recorder{t: t}}
 				src := mustSource(t, cfg)
 				stop := run(t, src, r)
