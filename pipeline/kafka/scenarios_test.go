@@ -373,16 +373,7 @@ loop:
 			t.Fatalf("%d of %d records within %v", len(msgs), n, waitLong)
 		}
 	}
-	cancel()
-	// Drain until Emit closes in (the revocation waits for its answer).
-	for x := range in {
-		if x.Done != nil {
-			x.Done <- nil
-		}
-	}
-	if err := <-errc; err != nil {
-		t.Fatalf("Emit = %v", err)
-	}
+	stopEmit(t, cancel, in, errc)
 	if len(msgs) != n {
 		t.Fatalf("%d records; want %d", len(msgs), n)
 	}
@@ -579,15 +570,7 @@ func testEmitReusesArenas(t *testing.T, brokers []string) {
 		check(k)
 		k.release()
 	}
-	ecancel()
-	for x := range in {
-		if x.Done != nil {
-			x.Done <- nil
-		}
-	}
-	if err := <-errc; err != nil {
-		t.Fatalf("Emit = %v", err)
-	}
+	stopEmit(t, ecancel, in, errc)
 	for v := range want {
 		if !got[v] {
 			t.Fatalf("produced %.40q, not read", v)
@@ -597,5 +580,20 @@ func testEmitReusesArenas(t *testing.T, brokers []string) {
 		t.Errorf("no decompression buffer was used again")
 	} else {
 		t.Logf("%d decompression buffers used again", n)
+	}
+}
+
+// stopEmit ends an Emit through cancel and drains in until Emit closes it
+// (the revocation waits for its answer); Emit's error fails t.
+func stopEmit(t *testing.T, cancel context.CancelFunc, in <-chan pipeline.Input, errc <-chan error) {
+	t.Helper()
+	cancel()
+	for x := range in {
+		if x.Done != nil {
+			x.Done <- nil
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Emit = %v", err)
 	}
 }
