@@ -409,12 +409,7 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 	for _, codec := range []string{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
 		t.Run(codec, func(t *testing.T) {
 			topic := newTopic(t, brokers, 2)
-			pc := DefaultProducerConfig()
-			pc.Brokers, pc.Topic, pc.Compression = brokers, topic, codec
-			p, err := NewProducer(pc)
-			if err != nil {
-				t.Fatalf("NewProducer: %v", err)
-			}
+			p := newCompressingProducer(t, brokers, topic, codec)
 			const n = 400
 			msgs := make([]ProducerMessage, n)
 			for i := range msgs {
@@ -490,12 +485,7 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 func testEmitReusesArenas(t *testing.T, brokers []string) {
 	const calls, per = 40, 25
 	topic := newTopic(t, brokers, 2)
-	pc := DefaultProducerConfig()
-	pc.Brokers, pc.Topic, pc.Compression = brokers, topic, CompressionLZ4
-	p, err := NewProducer(pc)
-	if err != nil {
-		t.Fatalf("NewProducer: %v", err)
-	}
+	p := newCompressingProducer(t, brokers, topic, CompressionLZ4)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	want := map[string]bool{}
@@ -596,4 +586,16 @@ func stopEmit(t *testing.T, cancel context.CancelFunc, in <-chan pipeline.Input,
 	if err := <-errc; err != nil {
 		t.Fatalf("Emit = %v", err)
 	}
+}
+
+// newCompressingProducer returns a producer to topic compressing with codec.
+func newCompressingProducer(t *testing.T, brokers []string, topic, codec string) *Producer {
+	t.Helper()
+	pc := DefaultProducerConfig()
+	pc.Brokers, pc.Topic, pc.Compression = brokers, topic, codec
+	p, err := NewProducer(pc)
+	if err != nil {
+		t.Fatalf("NewProducer: %v", err)
+	}
+	return p
 }
