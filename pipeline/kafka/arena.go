@@ -6,16 +6,18 @@ import (
 	"sync/atomic"
 )
 
-// The decompressed record batches of the native fetch live in arenas that
-// are used again once every run of records cut from them was released
+// The native fetch's records are slices of arenas — a fetch response's
+// body (uncompressed batches) or a decompressed batch — that are used again
+// once every run of records cut from them was released
 // (pipeline.Input.Release): a new buffer per batch had the runtime clear
 // every byte of it before the decompressor wrote it again (0.27 of 5.7
 // CPU-s of the 3 M-record load run went to clearing them, README), and
 // made most of the heap's garbage.
 
 // arena is one buffer that records' keys and values are slices of, and
-// the count of holders: the fetcher while it cuts the batch into chunks,
-// and each chunk queued with records of it.
+// the count of holders: the partition reader while it decodes the
+// response and cuts its batches into chunks, and each chunk queued with
+// records of it.
 type arena struct {
 	buf  []byte
 	refs atomic.Int32

@@ -324,30 +324,30 @@ func (f *fetcher) after(ctx context.Context, conn *kafka.Conn, off int64, err er
 func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeConn, off int64) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	var (
-		req, body []byte
-		dec       = batchDecoder{pooled: true}
-		shared    bool // body holds records handed on: the next response needs a new one
-	)
+	var req []byte
+	dec := batchDecoder{pooled: true}
 	for ctx.Err() == nil {
 		f.corr++
 		req = appendFetchRequest(req[:0], fetchRequest{version: raw.version, correlation: f.corr,
 			topic: f.p.Topic, partition: f.p.Partition, offset: off,
 			minBytes: int32(f.s.cfg.MinBytes), maxBytes: int32(f.s.cfg.MaxBytes), maxWait: f.s.cfg.MaxWait})
-		var err error
-		body, err = f.roundTrip(raw.conn, req, body, shared)
+		body, err := f.roundTrip(raw.conn, req)
 		var res fetchResult
 		if err == nil {
-			res, err = decodeFetchResponse(body, raw.version, f.corr, f.p.Topic, f.p.Partition)
+			res, err = decodeFetchResponse(body.buf, raw.version, f.corr, f.p.Topic, f.p.Partition)
 			f.s.nativeFetches.Add(1)
 		}
 		if err == nil {
 			tmpl := Message{Topic: f.p.Topic, Partition: f.p.Partition, HighWaterMark: res.highWaterMark}
-			next, sh, sent, derr := f.deliver(ctx, &dec, res.records, off, tmpl)
+			var sent bool
+			off, sent, err = f.deliver(ctx, &dec, body, res.records, off, tmpl)
 			if !sent {
+				body.drop()
 				return off, nil
 			}
-			off, shared, err = next, sh, derr
+		}
+		if body != nil {
+			body.drop()
 		}
 		if ctx.Err() != nil {
 			return off, nil
@@ -359,18 +359,18 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 	return off, nil
 }
 
-// deliver decodes the record batches of recs one at a time and queues
-// their messages in chunks of f.size, so that a response's batches are not
-// all decompressed at once (a 1 MiB fetch of the load stream is ~7 MB
-// decompressed, and all partitions wait to queue at once while catching
-// up). What decoded before an error is queued; off becomes the offset
-// after it. shared: a message refers to recs; sent is false when ctx ended
-// first.
+// deliver decodes the record batches of recs, in the response body, one
+// at a time and queues their messages in chunks of f.size, so that a
+// response's batches are not all decompressed at once (a 1 MiB fetch of
+// the load stream is ~7 MB decompressed, and all partitions wait to queue
+// at once while catching up). What decoded before an error is queued; off
+// becomes the offset after it. sent is false when ctx ended first.
 //
-// A decompressed batch's arena is held by deliver until its last record is
-// queued and by every chunk with records of it, until the chunk is
-// released (pipeline.Input.Release).
-func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, off int64, tmpl Message) (next int64, shared, sent bool, err error) {
+// The records are slices of arenas: of a decompressed batch's, of body
+// for an uncompressed batch. deliver holds an arena until the last record
+// of it is queued, and every chunk with records of it holds it until the
+// chunk is released (pipeline.Input.Release).
+func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, body *arena, recs []byte, off int64, tmpl Message) (next int64, sent bool, err error) {
 	var c []Message
 	var held []heldArena
 	defer func() {
@@ -380,20 +380,24 @@ func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, o
 	}()
 	from := off
 	for first := true; ; first = false {
-		var own, ok bool
+		var ok bool
 		n := len(c)
-		c, recs, off, own, ok, err = dec.decodeNext(recs, off, from, tmpl, c, first)
-		if a := dec.takeArena(); a != nil {
+		c, recs, off, ok, err = dec.decodeNext(recs, off, from, tmpl, c, first)
+		a := dec.takeArena()
+		if a == nil && len(c) > n {
+			a = body // uncompressed: the records are slices of the response
+			a.hold()
+		}
+		if a != nil {
 			if len(c) > n {
 				held = append(held, heldArena{a, n, len(c)})
 			} else {
 				a.drop()
 			}
 		}
-		shared = shared || (!own && len(c) > n)
 		for len(c) >= f.size {
 			if !f.sendHeld(ctx, cut(c[:f.size:f.size], held)) {
-				return off, shared, false, nil
+				return off, false, nil
 			}
 			c = c[f.size:]
 			held = shift(held, f.size)
@@ -403,9 +407,9 @@ func (f *fetcher) deliver(ctx context.Context, dec *batchDecoder, recs []byte, o
 		}
 	}
 	if len(c) > 0 && !f.sendHeld(ctx, cut(c[:len(c):len(c)], held)) {
-		return off, shared, false, nil
+		return off, false, nil
 	}
-	return off, shared, true, err
+	return off, true, err
 }
 
 // sendHeld is send for a chunk that holds arenas: one that is not queued
@@ -448,29 +452,27 @@ func shift(held []heldArena, n int) []heldArena {
 	return held[:k]
 }
 
-// roundTrip writes req on c and reads the response's body into buf (a new
-// buffer when fresh is set or buf is too small).
-func (f *fetcher) roundTrip(c net.Conn, req, buf []byte, fresh bool) ([]byte, error) {
+// roundTrip writes req on c and reads the response's body into an arena
+// of a pooled buffer, held by the caller; nil on an error.
+func (f *fetcher) roundTrip(c net.Conn, req []byte) (*arena, error) {
 	_ = c.SetDeadline(time.Now().Add(f.s.cfg.MaxWait + readTimeout))
 	if _, err := c.Write(req); err != nil {
-		return buf, err
+		return nil, err
 	}
 	var size [4]byte
 	if _, err := io.ReadFull(c, size[:]); err != nil {
-		return buf, err
+		return nil, err
 	}
 	n := int(int32(binary.BigEndian.Uint32(size[:])))
 	if n < 8 || n > maxResponse {
-		return buf, fmt.Errorf("fetch response of %d bytes", n)
+		return nil, fmt.Errorf("fetch response of %d bytes", n)
 	}
-	if fresh || cap(buf) < n {
-		buf = make([]byte, n)
+	body := newArena(takeBuf(n)[:n])
+	if _, err := io.ReadFull(c, body.buf); err != nil {
+		body.drop()
+		return nil, err
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return buf, err
-	}
-	return buf, nil
+	return body, nil
 }
 
 // drain reads the batch's messages into chunks and queues them. It returns

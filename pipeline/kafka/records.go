@@ -299,37 +299,37 @@ func (d *batchDecoder) buf(n int) []byte {
 // decodeNext appends to out the records of the first record batch of recs
 // at or after offset from (the batch may start before it), each a copy of
 // tmpl with its offset, time, key and value (slices of the batch's buffer,
-// or of recs when uncompressed: own is false then), and returns the rest
-// of recs; ok is false when recs holds no complete batch
+// takeArena's when pooled, or of recs when uncompressed: takeArena gives
+// nil then), and returns the rest of recs; ok is false when recs holds no complete batch
 // (first: when that is the response's first batch, it is an error). next
 // is the offset after the batch (at least prev, the offset after the ones
 // before); on an error out and next are as they were.
-func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, out []Message, first bool) (_ []Message, rest []byte, next int64, own, ok bool, err error) {
+func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, out []Message, first bool) (_ []Message, rest []byte, next int64, ok bool, err error) {
 	if len(recs) < 17 { // through the magic byte
 		if first && len(recs) > 0 {
-			return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
+			return out, recs, prev, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
 		}
-		return out, recs, prev, false, false, nil
+		return out, recs, prev, false, nil
 	}
 	base := int64(binary.BigEndian.Uint64(recs))
 	length := int(int32(binary.BigEndian.Uint32(recs[8:])))
 	if magic := recs[16]; magic < 2 {
-		return out, recs, prev, false, false, errLegacyFormat
+		return out, recs, prev, false, errLegacyFormat
 	} else if magic > 2 {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: unknown magic %d", base, ErrCorruptBatch, magic)
+		return out, recs, prev, false, fmt.Errorf("record batch at offset %d: %w: unknown magic %d", base, ErrCorruptBatch, magic)
 	}
 	if length < batchHeaderSize-12 {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: length %d", base, ErrCorruptBatch, length)
+		return out, recs, prev, false, fmt.Errorf("record batch at offset %d: %w: length %d", base, ErrCorruptBatch, length)
 	}
 	if 12+length > len(recs) {
 		if first {
-			return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
+			return out, recs, prev, false, fmt.Errorf("record batch at offset %d truncated in a fetch response", from)
 		}
-		return out, recs, prev, false, false, nil
+		return out, recs, prev, false, nil
 	}
 	batch := recs[: 12+length : 12+length]
 	if got, want := crc32.Checksum(batch[21:], castagnoli), binary.BigEndian.Uint32(batch[17:]); got != want {
-		return out, recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: CRC-32C %08x, stored %08x", base, ErrCorruptBatch, got, want)
+		return out, recs, prev, false, fmt.Errorf("record batch at offset %d: %w: CRC-32C %08x, stored %08x", base, ErrCorruptBatch, got, want)
 	}
 	n := len(out)
 	if c := int(int32(binary.BigEndian.Uint32(batch[57:]))); c > 0 && cap(out)-n < c {
@@ -337,18 +337,17 @@ func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, o
 		// message about twice (0.5 of 6 CPU-s on the load run).
 		out = slices.Grow(out, min(c, 1<<17))
 	}
-	out, own, err = d.batch(batch, from, tmpl, out)
+	out, err = d.batch(batch, from, tmpl, out)
 	if err != nil {
-		return out[:n], recs, prev, false, false, fmt.Errorf("record batch at offset %d: %w: %w", base, ErrCorruptBatch, err)
+		return out[:n], recs, prev, false, fmt.Errorf("record batch at offset %d: %w: %w", base, ErrCorruptBatch, err)
 	}
 	lastDelta := int64(int32(binary.BigEndian.Uint32(batch[23:])))
-	return out, recs[12+length:], max(prev, base+lastDelta+1), own, true, nil
+	return out, recs[12+length:], max(prev, base+lastDelta+1), true, nil
 }
 
-// batch appends the records of one complete, checked record batch; own is
-// true when they live in a buffer of their own (decompressed), false when
-// they are slices of batch.
-func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Message) (_ []Message, own bool, err error) {
+// batch appends the records of one complete, checked record batch: slices
+// of a buffer of their own when it is compressed, of batch when not.
+func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Message) (_ []Message, err error) {
 	be := binary.BigEndian
 	base := int64(be.Uint64(batch))
 	attrs := be.Uint16(batch[21:])
@@ -357,14 +356,13 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 	maxTS := int64(be.Uint64(batch[35:]))
 	count := int(int32(be.Uint32(batch[57:])))
 	if attrs&attrControl != 0 || base+lastDelta < from {
-		return out, true, nil // transaction markers; or all before the offset asked for
+		return out, nil // transaction markers; or all before the offset asked for
 	}
 	data := batch[batchHeaderSize:]
 	if c := compress.Compression(attrs & attrCompression); c != compress.None {
 		if data, err = d.decompress(c, data); err != nil {
-			return out, false, err
+			return out, err
 		}
-		own = true
 	}
 	w := wire{b: data}
 	for i := 0; i < count; i++ {
@@ -379,7 +377,7 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 			w.nullable() // header value
 		}
 		if w.err != nil {
-			return out, own, w.err
+			return out, w.err
 		}
 		m := tmpl
 		m.Offset = base + offDelta
@@ -394,7 +392,7 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 		m.Key, m.Value = key, value
 		out = append(out, m)
 	}
-	return out, own, nil
+	return out, nil
 }
 
 // decompress returns the records of a batch compressed with c, in a new

@@ -115,14 +115,17 @@ func checkDecoded(t *testing.T, got []Message, base int64, want []testRecord) {
 // the partition reader calls decodeNext as it queues, one batch at a time.
 func (d *batchDecoder) decode(recs []byte, from int64, tmpl Message, out []Message) (_ []Message, next int64, shared bool, err error) {
 	next = from
+	all := recs
 	for first := true; ; first = false {
-		var own, ok bool
+		var ok bool
 		n := len(out)
-		out, recs, next, own, ok, err = d.decodeNext(recs, next, from, tmpl, out, first)
+		out, recs, next, ok, err = d.decodeNext(recs, next, from, tmpl, out, first)
+		for _, m := range out[n:] {
+			shared = shared || len(m.Value) > 0 && inside(m.Value, all)
+		}
 		if err != nil || !ok {
 			return out, next, shared, err
 		}
-		shared = shared || (!own && len(out) > n)
 	}
 }
 
@@ -475,7 +478,7 @@ func FuzzDecodeBatches(f *testing.F) {
 		for first := true; ; first = false {
 			var ok bool
 			var perr error
-			pgot, rest, pnext, _, ok, perr = pd.decodeNext(rest, pnext, from, tmpl, pgot, first)
+			pgot, rest, pnext, ok, perr = pd.decodeNext(rest, pnext, from, tmpl, pgot, first)
 			if a := pd.takeArena(); a != nil {
 				held = append(held, a)
 			}
@@ -497,7 +500,7 @@ func FuzzDecodeBatches(f *testing.F) {
 		}
 		if len(recs) >= batchHeaderSize {
 			// The batch itself, as if its CRC matched.
-			got, _, err := d.batch(recs, from, tmpl, nil)
+			got, err := d.batch(recs, from, tmpl, nil)
 			for _, m := range got {
 				if m.Offset < from {
 					t.Fatalf("batch: message offset %d < from %d", m.Offset, from)
@@ -506,7 +509,7 @@ func FuzzDecodeBatches(f *testing.F) {
 			// Its decompressed records never read what a pooled arena
 			// held before.
 			poisonPools()
-			pgot, _, perr := pd.batch(recs, from, tmpl, nil)
+			pgot, perr := pd.batch(recs, from, tmpl, nil)
 			if (perr == nil) != (err == nil) {
 				t.Fatalf("batch: pooled error %v; unpooled %v", perr, err)
 			}
@@ -536,7 +539,7 @@ func BenchmarkDecodeBatches(b *testing.B) {
 	for b.Loop() {
 		got, rest, next := 0, recs, int64(0)
 		for first := true; ; first = false {
-			out, r, nx, _, ok, err := d.decodeNext(rest, next, 0, tmpl, nil, first)
+			out, r, nx, ok, err := d.decodeNext(rest, next, 0, tmpl, nil, first)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -587,10 +590,12 @@ func TestDeliverHoldsArenas(t *testing.T) {
 	q := make(chan chunk, 100)
 	f := &fetcher{q: q, size: 4, s: &Source{}}
 	dec := batchDecoder{pooled: true}
-	next, shared, sent, err := f.deliver(context.Background(), &dec, recs, 0, tmpl)
-	if err != nil || !sent || next != int64(len(want)) || !shared {
-		t.Fatalf("deliver = %d, shared %v, sent %v, %v; want %d, shared (an uncompressed batch), sent", next, shared, sent, err, len(want))
+	body := newArena(recs) // the response, held by the reader
+	next, sent, err := f.deliver(context.Background(), &dec, body, recs, 0, tmpl)
+	if err != nil || !sent || next != int64(len(want)) {
+		t.Fatalf("deliver = %d, sent %v, %v; want %d, sent", next, sent, err, len(want))
 	}
+	body.drop() // as the reader does after deliver
 	close(q)
 	var chunks []chunk
 	var got []Message
@@ -603,18 +608,18 @@ func TestDeliverHoldsArenas(t *testing.T) {
 		}
 	}
 	checkDecoded(t, got, 0, want)
-	if len(holders) != 4 {
-		t.Fatalf("%d arenas held by the chunks; want 4 (the compressed batches)", len(holders))
+	if len(holders) != 5 || holders[body] == 0 {
+		t.Fatalf("%d arenas held by the chunks, the response's %d times; want 5: the compressed batches' and the response's (an uncompressed batch)", len(holders), holders[body])
 	}
 	for a, n := range holders {
 		if r := a.refs.Load(); r != int32(n) {
 			t.Fatalf("arena of %d bytes: %d holds; want %d, its chunks' (deliver kept one)", len(a.buf), r, n)
 		}
 	}
-	// Every record of a chunk lies in the chunk's arenas or in recs.
+	// Every record of a chunk lies in the chunk's arenas.
 	for i, c := range chunks {
 		for _, m := range c.msgs {
-			in := len(m.Value) == 0 || inside(m.Value, recs)
+			in := len(m.Value) == 0
 			for _, a := range c.arenas {
 				in = in || inside(m.Value, a.buf)
 			}
@@ -651,9 +656,11 @@ func TestDeliverHoldsArenas(t *testing.T) {
 	cancel()
 	f = &fetcher{q: make(chan chunk), size: 4, s: &Source{}}
 	dec = batchDecoder{pooled: true}
-	if _, _, sent, _ := f.deliver(ctx, &dec, recs, 0, tmpl); sent {
+	body = newArena(recs)
+	if _, sent, _ := f.deliver(ctx, &dec, body, recs, 0, tmpl); sent {
 		t.Fatal("deliver with an ended context: sent")
 	}
+	body.drop()
 	if n := liveArenas.Load() - live; n != 0 {
 		t.Fatalf("deliver that queued nothing left %d arenas held", n)
 	}
