@@ -210,12 +210,12 @@ type parseJob struct {
 
 // runRelease calls a run's Input.Release once every job made of the run
 // was applied: jobs counts those not yet applied, sealed says all of them
-// were made, and a run whose rest went to Runner.late is never released.
+// were made. A run whose rest went to Runner.late is never released
+// (release set to nil).
 type runRelease struct {
 	release func()
 	jobs    int
 	sealed  bool
-	late    bool
 }
 
 // done counts one job of the run applied.
@@ -226,7 +226,7 @@ func (rr *runRelease) done() {
 
 // maybe calls release when the run is through.
 func (rr *runRelease) maybe() {
-	if rr.sealed && rr.jobs == 0 && !rr.late && rr.release != nil {
+	if rr.sealed && rr.jobs == 0 && rr.release != nil {
 		rr.release()
 		rr.release = nil
 	}
@@ -439,7 +439,7 @@ func (r *Runner) dispatch(ctx context.Context, ms []Message, release func()) err
 		if r.suspended {
 			r.late = append(r.late, ms)
 			if run != nil {
-				run.late = true
+				run.release = nil // the rest is fed again without it
 			}
 			return nil
 		}
