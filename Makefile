@@ -90,6 +90,7 @@ fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzTokenSets$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
+	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzFinderCovers$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./rules/ -run '^$$' -fuzz '^FuzzRulesParse$$' -fuzztime $(FUZZTIME_RULES) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./pipeline/kafka/ -run '^$$' -fuzz '^FuzzDecodeBatches$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 

@@ -439,6 +439,12 @@ func parseTestComment(b []byte, tl *pipeline.TelemetryLine) bool {
 // parseTestParams reads "nThread 1 nGpus 1 minBytes 8 maxBytes 134217728
 // step: 2(factor) …".
 func parseTestParams(b []byte, tl *pipeline.TelemetryLine) bool {
+	if !bytes.Contains(b, []byte("Bytes ")) {
+		// Every release prints minBytes and maxBytes; without them it
+		// is not the line (and the finder, whose token is "Bytes ",
+		// would not hand it on: FuzzFinderCovers).
+		return false
+	}
 	tl.Kind = pipeline.TelemetryTestParams
 	if i := bytes.Index(b, []byte("minBytes ")); i >= 0 {
 		tl.MinBytes, _ = atoi64(firstField(b[i+len("minBytes "):]))
@@ -459,7 +465,10 @@ func parseTestDevice(b []byte, tl *pipeline.TelemetryLine) bool {
 		return false
 	}
 	on := bytes.Index(rest, []byte(" on "))
-	if on < 0 || on > 64 || !bytes.Contains(rest[on:], []byte(" device ")) {
+	if on < 0 || on > 64 || !bytes.Contains(rest[on:], []byte(" device ")) || !bytes.Contains(rest[:on], []byte(" Pid ")) {
+		// Every release prints the rank's Pid before " on "; a line
+		// without it is not the device table's (and the finder, whose
+		// token is "Pid ", would not hand it on: FuzzFinderCovers).
 		return false
 	}
 	host, after := nextField(rest[on+len(" on "):])
@@ -499,7 +508,7 @@ func parseTestRow(b []byte, tl *pipeline.TelemetryLine) bool {
 	}
 	size, ok1 := atoi64(f[0])
 	count, ok2 := atoi64(f[1])
-	if !ok1 || !ok2 || size < 0 || count < 0 || !isWord(f[2]) {
+	if !ok1 || !ok2 || size < 0 || count < 0 || !isWord(f[2]) || !testRowType(f[2]) {
 		return false
 	}
 	row := &tl.Row
@@ -536,6 +545,23 @@ func parseTestRow(b []byte, tl *pipeline.TelemetryLine) bool {
 	row.Bytes, row.Count, row.Type = size, count, f[2]
 	tl.Kind, tl.Format = pipeline.TelemetryTestRow, format
 	return true
+}
+
+// testRowTypes are the parts of the data type names nccl-tests prints
+// (int8, uint8, int32, uint32, int64, uint64, half, float, bfloat16,
+// double, f8e4m3, f8e5m2); each is a finder token (TelemetryTokens,
+// telemetrySlowTokens), so a row the finder would not hand on is no row
+// (FuzzFinderCovers).
+var testRowTypes = [...]string{"float", "half", "double", "f8e", "int8", "int32", "int64"}
+
+// testRowType reports whether typ is the type column of an nccl-tests row.
+func testRowType(typ []byte) bool {
+	for _, t := range testRowTypes {
+		if bytes.Contains(typ, []byte(t)) {
+			return true
+		}
+	}
+	return false
 }
 
 // parseResult reads time, algbw, busbw and #wrong; #wrong may be N/A
@@ -722,6 +748,11 @@ func eachPair(b []byte, sep byte, fn func(key, val []byte)) {
 // (032). Older releases print wps for tps (and no grad_norm, 034), newer
 // ones tflops with a thousands separator and mfu N/A (reference 031).
 func parseTorchtitan(b []byte, tl *pipeline.TelemetryLine) bool {
+	if !bytes.Contains(b, []byte("GiB(")) {
+		// Every release prints "memory: 66.91GiB(37.51%)", the finder's
+		// token for these lines (FuzzFinderCovers).
+		return false
+	}
 	b = b[bytes.Index(b, tokTitanStep):]
 	rate := false
 	var f [24][]byte
@@ -1314,9 +1345,15 @@ func skipNested(b []byte, i int) (int, bool) {
 }
 
 // parseNanoGPT reads nanoGPT's "iter 10: loss 3.2202, time 893.76ms, mfu
-// 16.68%" (nanoGPT issue 178; before March 2023 without mfu). The first
-// iterations print mfu -100.00% as a placeholder: not a figure.
+// 16.68%" (nanoGPT issue 178). The first iterations print mfu -100.00% as
+// a placeholder: not a figure. Lines from before March 2023, without mfu,
+// are not read: ", mfu " is the finder's token for these lines, and a line
+// the finder would not hand on must not be one (FuzzFinderCovers); their
+// other words ("iter", "loss", "time") are too common to search for.
 func parseNanoGPT(b []byte, tl *pipeline.TelemetryLine) bool {
+	if !bytes.Contains(b, []byte(", mfu ")) {
+		return false
+	}
 	c := bytes.IndexByte(b, ':')
 	if c < 0 {
 		return false
@@ -1357,6 +1394,11 @@ func parseNanoGPT(b []byte, tl *pipeline.TelemetryLine) bool {
 // TFLOP/s/device: 100.5, Tokens/s/device: 1234.5, total_weights: 65536,
 // loss: 10.5" (JAX; NCCL underneath on GPUs).
 func parseMaxText(b []byte, tl *pipeline.TelemetryLine) bool {
+	if !bytes.Contains(b, []byte("TFLOP/s")) {
+		// Every release prints TFLOP/s, the finder's token for these
+		// lines (FuzzFinderCovers).
+		return false
+	}
 	for rest := b[bytes.Index(b, []byte("completed step:")):]; len(rest) > 0; {
 		var part []byte
 		part, rest = cutAt(rest, ',')
@@ -1728,6 +1770,7 @@ var TelemetryTokens = [...][]byte{
 	[]byte("FLOPS per GPU"),   // DeepSpeed flops profiler TFLOPs
 	[]byte("/second"),         // DeepSpeed flops profiler "samples/second:"
 	[]byte("[epoch="),         // Composer step header
+	[]byte("[batch="),         // … of a run whose duration is in batches: "[batch=16/100]:"
 	[]byte("Train throughput"),
 	[]byte("_time"),           // JSON step_time, iteration_time
 	[]byte("TFLOP/s"),         // MaxText "TFLOP/s/device", Megatron "(TFLOP/s/GPU)"
@@ -1753,7 +1796,7 @@ var telemetrySlowTokens = [...][]byte{
 	[]byte("int32"),
 	[]byte("int64"),
 	[]byte("nccl-tests"), // nccl-tests 2.18+ version line
-	[]byte("ms, mfu"),    // nanoGPT "time 893.76ms, mfu 16.68%" (not its pre-2023 lines without mfu)
+	[]byte(", mfu "),     // nanoGPT "time 893.76ms, mfu 16.68%" (parseNanoGPT: not its pre-2023 lines without mfu)
 	// Checkpoint lines (checkpoint.go: CheckpointTokens).
 	tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo,
 }

@@ -125,6 +125,18 @@ var telCases = []telCase{
 			l.StepTime, l.MFU = 1.01823, 15.11
 		}},
 	{"103 nanogpt eval line", `step 250: train loss 1.5440, val loss 1.7220`, nil},
+	// Lines the finder would not hand on are no telemetry lines
+	// (FuzzFinderCovers): nanoGPT before mfu, a torchtitan line without
+	// its memory figure, MaxText without TFLOP/s, nccl-tests lines without
+	// their Pid, minBytes or a type name.
+	{"nanogpt before mfu", `iter 10: loss 3.2202, time 893.76ms`, nil},
+	{"torchtitan without memory", `[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  tps: 10,050`, nil},
+	{"maxtext without tflops", `completed step: 3, seconds: 10.344, loss: 12.979`, nil},
+	{"nccl-tests device without pid", `#  Rank  0 Group  0 on gpu01 device  0 [0x00] Tesla T4`, nil},
+	{"nccl-tests params without bytes", `# nThread 1 nGpus 1 warmup iters: 5`, nil},
+	{"nccl-tests row of no type", `           4             1     f    none       0    27.06    0.00    0.00    N/A    27.03    0.00    0.00    N/A`, nil},
+	{"composer step header in batches", `[batch=16/100]:`,
+		func(l *pipeline.TelemetryLine) { step(l, pipeline.FrameworkComposer, 16) }},
 	{"113 maxtext", `I0811 21:55:16.704861 138304841739136 metric_logger.py:226] completed step: 3, seconds: 10.344, TFLOP/s/device: 346.932, Tokens/s/device: 19006.461, total_weights: 1572864, loss: 12.979, lm_loss: 12.979, perplexity: 433110.281`,
 		func(l *pipeline.TelemetryLine) {
 			step(l, pipeline.FrameworkMaxText, 3)

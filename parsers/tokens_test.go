@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 // The prefilters as they were written before tokenSet, one bytes.Index
@@ -236,4 +238,67 @@ func naiveLineMask(b []byte) uint64 {
 		}
 	}
 	return m
+}
+
+// checkFinderCovers checks what the block scanner's dense stretch rests on
+// (pipeline.BlockScanner hands every line of a stretch where most lines
+// hold a token to the line parser): a line in which the finder finds no
+// token gives the line parser nothing — no NCCL line, no telemetry line,
+// no launcher host — with telemetry on and off, so handing it on changes no
+// result.
+func checkFinderCovers(t *testing.T, line []byte) {
+	t.Helper()
+	for _, telemetry := range []bool{false, true} {
+		f, l := &Finder{}, &Lines{}
+		if telemetry {
+			f, l = NewTelemetryFinder(), NewLines(NewTelemetry(DefaultTelemetryConfig()))
+		}
+		f.Reset(line)
+		if f.Next(0) >= 0 {
+			continue
+		}
+		ev := pipeline.Event{LauncherHost: []byte("stale")}
+		var tl pipeline.TelemetryLine
+		if nccl, tel := l.Line(line, &ev, &tl); nccl || tel || ev.LauncherHost != nil {
+			t.Fatalf("telemetry %v: no finder token in %q, but the line parser says nccl %v, telemetry %v (%s), launcher host %q",
+				telemetry, line, nccl, tel, tl.Kind, ev.LauncherHost)
+		}
+	}
+}
+
+// TestFinderCoversLines runs checkFinderCovers on every testdata line and
+// on each with its finder tokens cut out.
+func TestFinderCoversLines(t *testing.T) {
+	n := 0
+	for _, l := range testdataLines(t, hfStepCases...) {
+		checkFinderCovers(t, l)
+		f := NewTelemetryFinder()
+		f.Reset(l)
+		if f.Next(0) < 0 {
+			continue
+		}
+		cut := append([]byte(nil), l...)
+		for _, sp := range allSet.toks {
+			cut = bytes.ReplaceAll(cut, sp.tok, sp.tok[:1])
+		}
+		checkFinderCovers(t, cut)
+		n++
+	}
+	if n < 1000 {
+		t.Fatalf("only %d testdata lines hold a finder token", n)
+	}
+}
+
+// FuzzFinderCovers is checkFinderCovers on any line.
+func FuzzFinderCovers(f *testing.F) {
+	for _, c := range append(append([]string(nil), tokenCases...), hfStepCases...) {
+		f.Add([]byte(c))
+	}
+	telemetryLines(f, func(_ string, line []byte) { f.Add(append([]byte(nil), line...)) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 4096 || bytes.IndexByte(b, '\n') >= 0 {
+			return
+		}
+		checkFinderCovers(t, b)
+	})
 }
