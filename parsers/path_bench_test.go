@@ -104,11 +104,13 @@ func BenchmarkRecordPath(b *testing.B) {
 	}
 }
 
-// BenchmarkFinderMixed is the NCCL finder (telemetry off) over 1 MiB
-// blocks of a mixed raw log (`ncclwatch-load gen`, 5 % NCCL lines among
-// trainer output), as scan's search goroutines run it: find a hit, skip to
-// the next line. (Measured 2026-12-01 on the development machine: 3.5 GB/s;
-// the finder before its anchor bytes, five bytes.Index passes, 0.56 GB/s.)
+// BenchmarkFinderMixed is the finders over 1 MiB blocks of a mixed raw
+// log (`ncclwatch-load gen`, 5 % NCCL lines among trainer output), as
+// scan's search goroutines run them: find a hit, skip to the next line.
+// nccl is the NCCL finder (telemetry off; measured 2026-12-01 on the
+// development machine: 3.5 GB/s, the finder before its anchor bytes, five
+// bytes.Index passes, 0.56 GB/s), telemetry the telemetry finder, which
+// finds nine lines in ten of this log.
 func BenchmarkFinderMixed(b *testing.B) {
 	cfg := loadtest.DefaultGenConfig()
 	cfg.Bytes = 32 << 20
@@ -117,31 +119,38 @@ func BenchmarkFinderMixed(b *testing.B) {
 		b.Fatal(err)
 	}
 	data := buf.Bytes()
-	f := &parsers.Finder{}
-	b.SetBytes(int64(len(data)))
-	hits := 0
-	cpu := parsers.CPUTime()
-	for b.Loop() {
-		hits = 0
-		for off := 0; off < len(data); off += 1 << 20 {
-			block := data[off:min(off+1<<20, len(data))]
-			f.Reset(block)
-			for pos := 0; pos < len(block); {
-				h := f.Next(pos)
-				if h < 0 {
-					break
+	for _, bc := range []struct {
+		name string
+		f    *parsers.Finder
+	}{{"nccl", &parsers.Finder{}}, {"telemetry", parsers.NewTelemetryFinder()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := bc.f
+			b.SetBytes(int64(len(data)))
+			hits := 0
+			cpu := parsers.CPUTime()
+			for b.Loop() {
+				hits = 0
+				for off := 0; off < len(data); off += 1 << 20 {
+					block := data[off:min(off+1<<20, len(data))]
+					f.Reset(block)
+					for pos := 0; pos < len(block); {
+						h := f.Next(pos)
+						if h < 0 {
+							break
+						}
+						hits++
+						nl := bytes.IndexByte(block[h:], '\n')
+						if nl < 0 {
+							break
+						}
+						pos = h + nl + 1
+					}
 				}
-				hits++
-				nl := bytes.IndexByte(block[h:], '\n')
-				if nl < 0 {
-					break
-				}
-				pos = h + nl + 1
 			}
-		}
+			b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(hits), "hits/op")
+		})
 	}
-	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
-	b.ReportMetric(float64(hits), "hits/op")
 }
 
 // BenchmarkLineTrainers is the line parser (telemetry on) on the decoded

@@ -379,9 +379,14 @@ type Finder interface {
 // BlockScanner reads a stream in large blocks and hands fn only the lines
 // that hold a candidate token, found with one fast substring search per
 // token over the whole block: the lines in between are never looked at.
-// Reading runs in its own goroutine, one block ahead of the search, so the
-// read syscalls overlap the scanning. Lines over the cap are skipped and
-// counted, never fatal.
+// Where most lines hold a token (trainer output with telemetry on: nine
+// lines in ten) the search stands aside for the rest of the block and
+// every line is handed on (Chunk.Searched): the line parser rejects a line
+// without a token at about what searching it costs, and the search's cost
+// per found line is saved. Reading runs in its own goroutine, one block
+// ahead of the search, so the read syscalls overlap the scanning. Lines
+// over the cap are skipped and counted, never fatal; in a dense stretch
+// only those holding a token are counted, as in a searched one.
 type BlockScanner struct {
 	r    io.Reader
 	find Finder
@@ -392,6 +397,9 @@ type BlockScanner struct {
 	Oversized int64
 	// Bytes counts the bytes read.
 	Bytes int64
+	// sample is how much of a block is searched before the dense stretch
+	// may start (0: denseSample).
+	sample int
 }
 
 // NewBlockScanner reads r with lines capped at max bytes.
@@ -410,9 +418,9 @@ type chunk struct {
 	buf    []byte
 }
 
-// Scan calls fn for every candidate line (without its newline), in input
-// order, with the byte offset where it starts. line is valid only during
-// the call. It returns nil at the end of the input. The token search runs
+// Scan calls fn for every candidate line (without its newline; in a dense
+// stretch every line), in input order, with the byte offset where it
+// starts. line is valid only during the call. It returns nil at the end of the input. The token search runs
 // on up to four goroutines (one block each, a clone of the finder per
 // goroutine) while fn is called from Scan's own goroutine, so fn needs no
 // locking. A few buffers of the block size are all the memory it holds,
@@ -426,10 +434,15 @@ func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
 }
 
 // Chunk is the candidate lines of one block (without their newlines) and
-// the byte offsets where they start, in input order.
+// the byte offsets where they start, in input order. Lines[:Searched]
+// each hold a token the finder found; Lines[Searched:] are every line of
+// the rest of the block, handed on unsearched because most lines of its
+// start held a token (the dense stretch: BlockScanner). A step that counts
+// something per candidate line (a malformed one) checks those lines itself.
 type Chunk struct {
-	Lines [][]byte
-	Offs  []int64
+	Lines    [][]byte
+	Offs     []int64
+	Searched int
 }
 
 // ScanPrepared is Scan with a first step on the search goroutines: newStep
@@ -586,18 +599,37 @@ func (s *BlockScanner) produce(free chan []byte, work chan<- chunk) (oversized i
 	}
 }
 
+// denseSample is how much of a block the finder searches before lines
+// decides whether it searches the rest (BlockScanner): ~300 lines of
+// trainer output, 3 % of a block.
+const denseSample = 32 << 10
+
 // lines sets c to the candidate lines of region, which starts at stream
 // offset base (c's lists are reused), and returns the number of candidate
-// lines over the cap (skipped).
+// lines over the cap (skipped). Once denseSample bytes are searched, the
+// rest of the block is handed on line by line (every) when at least half
+// the lines searched held a token.
 func (s *BlockScanner) lines(f Finder, region []byte, base int64, c *Chunk) (oversized int64) {
-	c.Lines, c.Offs = c.Lines[:0], c.Offs[:0]
+	c.Lines, c.Offs, c.Searched = c.Lines[:0], c.Offs[:0], 0
 	f.Reset(region)
-	pos := 0
-	for {
+	sample := s.sample
+	if sample == 0 {
+		sample = denseSample
+	}
+	pos, hits, sampled := 0, 0, false
+	for pos < len(region) {
+		if !sampled && pos >= sample {
+			sampled = true
+			if 2*hits >= bytes.Count(region[:pos], newline) {
+				c.Searched = len(c.Lines)
+				return oversized + s.every(f, region[pos:], base+int64(pos), c)
+			}
+		}
 		h := f.Next(pos)
 		if h < 0 {
-			return oversized
+			break
 		}
+		hits++
 		start := bytes.LastIndexByte(region[:h], '\n') + 1
 		end := len(region)
 		if e := bytes.IndexByte(region[h:], '\n'); e >= 0 {
@@ -610,8 +642,28 @@ func (s *BlockScanner) lines(f Finder, region []byte, base int64, c *Chunk) (ove
 			c.Offs = append(c.Offs, base+int64(start))
 		}
 		pos = end + 1
-		if pos >= len(region) {
-			return oversized
-		}
 	}
+	c.Searched = len(c.Lines)
+	return oversized
+}
+
+var newline = []byte{'\n'}
+
+// every appends every line of region, which starts at stream offset base,
+// to c, and returns the number of those over the cap that hold a token.
+func (s *BlockScanner) every(f Finder, region []byte, base int64, c *Chunk) (oversized int64) {
+	for pos := 0; pos < len(region); {
+		end := len(region)
+		if e := bytes.IndexByte(region[pos:], '\n'); e >= 0 {
+			end = pos + e
+		}
+		if line := region[pos:end]; len(line) <= s.max {
+			c.Lines = append(c.Lines, line)
+			c.Offs = append(c.Offs, base+int64(pos))
+		} else if f.Reset(line); f.Next(0) >= 0 {
+			oversized++
+		}
+		pos = end + 1
+	}
+	return oversized
 }

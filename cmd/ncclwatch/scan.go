@@ -44,7 +44,7 @@ type scanResult struct {
 type scanInput struct {
 	Files      []string `json:"files"`
 	Bytes      int64    `json:"bytes"`
-	Candidates int64    `json:"candidate_lines"` // lines the prefilter passed
+	Candidates int64    `json:"candidate_lines"` // lines handed to the line parser: the prefilter's candidates, every line of a dense stretch (pipeline.BlockScanner)
 	NCCLLines  int64    `json:"nccl_lines"`
 	Oversized  int64    `json:"oversized_lines"`
 	Malformed  int64    `json:"malformed_records"`
@@ -108,7 +108,8 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 			s.telA.Add(name, rec.Meta, tl, rec.Time, pipeline.Source{Topic: name}, nil)
 		}
 	}
-	var chunks sync.Pool // *parsedChunk, applied
+	pre := parsers.Prefilter(s.telA != nil) // what finder finds, line by line
+	var chunks sync.Pool                    // *parsedChunk, applied
 	newStep := func() func(*pipeline.Chunk) any {
 		dec := parsers.NewDecoder(s.dcfg)
 		pr := pipeline.NewParser(newLines(), s.telA != nil)
@@ -121,8 +122,10 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 			}
 			out.recs.Reset()
 			out.oversized, out.malformed = 0, 0
-			for _, line := range c.Lines {
-				if err := dec.Decode(line, emit); err != nil {
+			for i, line := range c.Lines {
+				if err := dec.Decode(line, emit); err != nil && (i < c.Searched || pre(line)) {
+					// A line of a dense stretch is counted only if the
+					// finder would have handed it on.
 					if errors.Is(err, parsers.ErrOversized) {
 						out.oversized++
 					} else {

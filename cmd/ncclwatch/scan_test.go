@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,6 +117,71 @@ func TestScanTablePrintsTelemetry(t *testing.T) {
 		"training megatron: 5 step lines (steps 20 to 100)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("scan output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestScanDenseStretch scans trainer output in which almost every line
+// holds a telemetry token, so the block scanner hands on every line after
+// its sample (pipeline.BlockScanner's dense stretch): every step is read,
+// and lines without a token count as malformed or oversized no more than
+// where the finder searched them (never), while those with one do; with
+// telemetry off the same input has few candidates and nothing changes.
+func TestScanDenseStretch(t *testing.T) {
+	var in strings.Builder
+	lines, steps, wantMalformed, wantOver, long := 0, 0, 0, 0, 0
+	for i := range 3000 {
+		switch {
+		case i%97 == 0:
+			in.WriteString(`{"step": 1, "note": "cut`) // JSON-looking, unreadable, no token
+		case i%211 == 0:
+			in.WriteString(`{"log": "host:1:1 [0] NCCL INFO cut`) // unreadable, with a token
+			wantMalformed++
+		case i%503 == 0:
+			in.WriteString(strings.Repeat("x", 300)) // over the cap, no token
+			long++
+		case i%701 == 0:
+			in.WriteString("NCCL " + strings.Repeat("y", 300)) // over the cap, with a token
+			wantOver++
+			long++
+		default:
+			fmt.Fprintf(&in, "{'loss': %d.25, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}", i)
+			steps++
+		}
+		in.WriteByte('\n')
+		lines++
+	}
+	type result struct {
+		Input struct {
+			Candidates int64 `json:"candidate_lines"`
+			Oversized  int64 `json:"oversized_lines"`
+			Malformed  int64 `json:"malformed_records"`
+		} `json:"input"`
+		Training []struct {
+			Steps int `json:"steps"`
+		} `json:"training"`
+	}
+	for _, tel := range []string{"on", "off"} {
+		var out, errOut bytes.Buffer
+		runScan([]string{"--json", "--no-progress", "--telemetry", tel, "--max-line-bytes", "200", "-"},
+			strings.NewReader(in.String()), &out, &errOut)
+		var res result
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("telemetry %s: %v; stderr %s", tel, err, errOut.String())
+		}
+		if res.Input.Malformed != int64(wantMalformed) || res.Input.Oversized != int64(wantOver) {
+			t.Errorf("telemetry %s: %d malformed, %d oversized; want %d, %d", tel,
+				res.Input.Malformed, res.Input.Oversized, wantMalformed, wantOver)
+		}
+		if tel == "off" {
+			continue
+		}
+		if len(res.Training) != 1 || res.Training[0].Steps != steps {
+			t.Errorf("training %+v; want one series of %d steps", res.Training, steps)
+		}
+		// The dense stretch hands on every line under the cap.
+		if res.Input.Candidates <= int64(steps) || res.Input.Candidates > int64(lines-long) {
+			t.Errorf("%d candidate lines; want more than the %d step lines (a dense stretch), at most %d", res.Input.Candidates, steps, lines-long)
 		}
 	}
 }
