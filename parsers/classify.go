@@ -32,19 +32,31 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 	if l.tel == nil || tl == nil {
 		return l.classify(text, ev), false
 	}
-	if bytes.IndexByte(text, '\r') >= 0 || len(text) > maxTelemetryLine {
-		// A progress bar redrawn in place is read by its last update,
-		// the NCCL parser reads the whole line: two texts, two strips.
-		telemetry = l.tel.Parse(text, tl)
-		return l.classify(text, ev), telemetry
+	if len(text) > maxTelemetryLine {
+		return l.lineCR(text, ev, tl)
 	}
-	if len(text) > 0 && text[0] == '{' && hfStep(trimRightSpace(text), tl) {
+	if len(text) > 0 && text[0] == '{' {
 		// The Hugging Face step dict (hfStep): no prefix to strip, no
-		// prefilter token, no marker but its own, read in one pass.
-		ev.LauncherHost = nil
-		return false, true
+		// prefilter token, no marker but its own, read in one pass. It
+		// holds no '\r' but in the blanks trimmed after it (hfStep reads
+		// every byte before them), so the search for one is only there.
+		if b := trimRightSpace(text); hfStep(b, tl) && bytes.IndexByte(text[len(b):], '\r') < 0 {
+			ev.LauncherHost = nil
+			return false, true
+		}
+	}
+	if bytes.IndexByte(text, '\r') >= 0 {
+		return l.lineCR(text, ev, tl)
 	}
 	return l.lineFull(text, ev, tl)
+}
+
+// lineCR is Line of a line with '\r' or longer than maxTelemetryLine: a
+// progress bar redrawn in place is read by its last update, the NCCL
+// parser reads the whole line: two texts, two strips.
+func (l *Lines) lineCR(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (nccl, telemetry bool) {
+	telemetry = l.tel.Parse(text, tl)
+	return l.classify(text, ev), telemetry
 }
 
 // lineFull is Line of a line without '\r', of at most maxTelemetryLine

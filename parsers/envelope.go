@@ -169,6 +169,8 @@ type Decoder struct {
 	last Envelope
 	rec  pipeline.Record
 	line int32
+	// single says the record holds no newline (DecodeLine).
+	single bool
 
 	f     jsonFields
 	ctl   bool   // the record holds a byte < 0x20: check strings for it
@@ -318,6 +320,16 @@ func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
 	return err
 }
 
+// DecodeLine is Decode of a record that holds no newline, such as a line
+// pipeline.BlockScanner cut from a file: a raw line is passed on without
+// searching it for one (deliver's first step, a pass over every line).
+func (d *Decoder) DecodeLine(line []byte, emit func(*pipeline.Record)) error {
+	d.single = true
+	err := d.Decode(line, emit)
+	d.single = false
+	return err
+}
+
 func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
 	d.hi = false
 	i := skipWS(data, 0)
@@ -333,6 +345,11 @@ func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
 		}
 	}
 	d.last = EnvelopeRaw
+	if d.single && !d.pend && !d.skip && len(data) <= d.cfg.MaxLineBytes {
+		// What deliver does with a complete line of one line.
+		d.emit(data, d.hi, time.Time{}, "", nil, emit)
+		return nil
+	}
 	return d.deliver(data, true, EnvelopeRaw, time.Time{}, "", nil, emit)
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,15 +50,56 @@ func sameLine(a, b line) bool {
 
 // run decodes records in order, then flushes, and returns what came out.
 func run(d *Decoder, records []string) (got []line, errs []error, envs []Envelope) {
+	return runWith(d, records, d.Decode)
+}
+
+// runWith is run decoding each record with decode (d.Decode or
+// d.DecodeLine).
+func runWith(d *Decoder, records []string, decode func([]byte, func(*pipeline.Record)) error) (got []line, errs []error, envs []Envelope) {
 	collect := func(r *pipeline.Record) {
 		got = append(got, line{string(r.Text), r.Time, r.Stream, r.Meta, r.Source.Line})
 	}
 	for _, rec := range records {
-		errs = append(errs, d.Decode([]byte(rec), collect))
+		errs = append(errs, decode([]byte(rec), collect))
 		envs = append(envs, d.Last())
 	}
 	d.Flush(collect)
 	return got, errs, envs
+}
+
+// TestDecodeLine checks DecodeLine against Decode on every decode case
+// whose records hold no newline (partial CRI and Docker lines in progress,
+// oversized lines and the lines dropped after one included), twice with
+// the same decoders.
+func TestDecodeLine(t *testing.T) {
+	n := 0
+	cri := "2016-10-06T00:17:09.669794202Z stdout "
+	extra := []decodeCase{
+		{name: "raw line over the cap", max: 16, records: []string{"short", strings.Repeat("x", 40), "after"}},
+		{name: "raw line after a dropped partial line", max: 16,
+			records: []string{cri + "P " + strings.Repeat("y", 40), "raw line", cri + "F tail"}},
+	}
+	for _, tc := range append(extra, decodeCases...) {
+		if slices.ContainsFunc(tc.records, func(r string) bool { return strings.Contains(strings.TrimSuffix(r, "\n"), "\n") }) {
+			continue
+		}
+		n++
+		cfg := DefaultDecoderConfig()
+		if tc.max > 0 {
+			cfg.MaxLineBytes = tc.max
+		}
+		d, dl := NewDecoder(cfg), NewDecoder(cfg)
+		for pass := range 2 {
+			got, errs, envs := run(d, tc.records)
+			lgot, lerrs, lenvs := runWith(dl, tc.records, dl.DecodeLine)
+			if !reflect.DeepEqual(got, lgot) || fmt.Sprint(errs) != fmt.Sprint(lerrs) || !slices.Equal(envs, lenvs) {
+				t.Errorf("%s, pass %d: DecodeLine gives %v, %v, %v; Decode %v, %v, %v", tc.name, pass, lgot, lerrs, lenvs, got, errs, envs)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d cases without a newline inside a record", n)
+	}
 }
 
 var (

@@ -281,6 +281,9 @@ var hfStepCases = []string{
 	"{'loss': 1.2}",
 	"{'loss': 1.2}  ",
 	"{'loss': 1.2}\t",
+	"{'loss': 1.2}\r ", // a '\r' in the blanks hfStep does not read: the progress-bar path
+	"{'loss': 1.2} \r\r",
+	"{'loss':\r 1.2}",
 	" {'loss': 1.2}",
 	"{'loss': 1.2} ",
 	"{'loss': 1.2}}",
@@ -314,7 +317,7 @@ var hfStepCases = []string{
 // lineWithout is Lines.Line without the Hugging Face fast path (hfStep).
 func lineWithout(l *Lines, text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (bool, bool) {
 	if bytes.IndexByte(text, '\r') >= 0 || len(text) > maxTelemetryLine {
-		return l.Line(text, ev, tl)
+		return l.lineCR(text, ev, tl)
 	}
 	return l.lineFull(text, ev, tl)
 }

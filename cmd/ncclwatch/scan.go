@@ -123,7 +123,7 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 			out.recs.Reset()
 			out.oversized, out.malformed = 0, 0
 			for i, line := range c.Lines {
-				if err := dec.Decode(line, emit); err != nil && (i < c.Searched || pre(line)) {
+				if err := dec.DecodeLine(line, emit); err != nil && (i < c.Searched || pre(line)) {
 					// A line of a dense stretch is counted only if the
 					// finder would have handed it on.
 					if errors.Is(err, parsers.ErrOversized) {
