@@ -153,25 +153,11 @@ var lowerAt = func() (at [len(lowerForms)]int) {
 // looks around; a line with more is searched form by form.
 const maxLowerHits = 8
 
-// indexCheckpoint is bytes.Index(b, tokCheckpointLower), searching for its
-// 'k', a byte rarer in log text than its first one: bytes.Index of
-// "checkpoint" stops at every 'c' ("local", "dist-packages", "torch"),
-// a third of the cost of a torch checkpoint warning line
-// (BenchmarkParseCheckpoint/torch-warning).
-func indexCheckpoint(b []byte) int {
-	const k = 4 // "chec|k|point"
-	for i := k; i < len(b); i++ {
-		j := bytes.IndexByte(b[i:], 'k')
-		if j < 0 {
-			return -1
-		}
-		i += j
-		if s := i - k; s+len(tokCheckpointLower) <= len(b) && string(b[s:s+len(tokCheckpointLower)]) == "checkpoint" {
-			return s
-		}
-	}
-	return -1
-}
+// indexCheckpoint is bytes.Index(b, tokCheckpointLower), searched for by
+// its 'k' (indexBy): bytes.Index of "checkpoint" stops at every 'c'
+// ("local", "dist-packages", "torch"), a third of the cost of a torch
+// checkpoint warning line (BenchmarkParseCheckpoint/torch-warning).
+func indexCheckpoint(b []byte) int { return indexBy(b, "checkpoint", 4) }
 
 func parseCheckpointLower(b []byte, cl *pipeline.CheckpointLine) bool {
 	var hits [maxLowerHits]int

@@ -1104,6 +1104,23 @@ func lastColonBlank(b []byte) int {
 	return -1
 }
 
+// indexBy is bytes.Index(b, tok), searching b for tok[at], a byte of tok
+// rarer in log text than its first: bytes.Index stops at every occurrence
+// of tok's first two bytes, and lower-case ones are everywhere.
+func indexBy(b []byte, tok string, at int) int {
+	for i := at; i < len(b); i++ {
+		j := bytes.IndexByte(b[i:], tok[at])
+		if j < 0 {
+			return -1
+		}
+		i += j
+		if s := i - at; s+len(tok) <= len(b) && string(b[s:s+len(tok)]) == tok {
+			return s
+		}
+	}
+	return -1
+}
+
 func hasPrefix(b []byte, p string) bool {
 	return len(b) >= len(p) && string(b[:len(p)]) == p
 }

@@ -343,13 +343,11 @@ func parseProfileStep(b []byte, tl *pipeline.TelemetryLine) bool {
 // line (ranks and host of an nccl-tests run that prints no device list,
 // 015) and "Using network" (a network change splits a step-time series).
 func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
-	isNet := bytes.Contains(b, []byte("Using network ")) || bytes.Contains(b, []byte("Using internal Network "))
-	isComm := bytes.Contains(b, []byte("nranks ")) || bytes.Contains(b, []byte("nRanks "))
-	if !isNet && !isComm {
-		return false
-	}
 	ev := t.pre
 	if !t.usePre {
+		if !nccLTelemetryText(b) {
+			return false
+		}
 		var nccl NCCL
 		if !nccl.Parse(b, &t.ev) {
 			return false
@@ -358,15 +356,39 @@ func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
 	} else if ev == nil {
 		return false // the NCCL parser did not take the line
 	}
-	switch {
-	case ev.Kind == pipeline.EventNetwork && len(ev.Name) > 0:
-		tl.Kind, tl.Name = pipeline.TelemetryNCCLNetwork, ev.Name
-	case (ev.Kind == pipeline.EventComm || ev.Kind == pipeline.EventCommNodes) && ev.NRanks > 0:
-		tl.Kind, tl.NRanks, tl.Host = pipeline.TelemetryNCCLComm, ev.NRanks, ev.Host
-	default:
+	network := ev.Kind == pipeline.EventNetwork && len(ev.Name) > 0
+	comm := (ev.Kind == pipeline.EventComm || ev.Kind == pipeline.EventCommNodes) && ev.NRanks > 0
+	// The event first: most NCCL lines are neither, and the text is
+	// searched only for those that are.
+	if !network && !comm || t.usePre && !nccLTelemetryText(b) {
 		return false
 	}
+	if network {
+		tl.Kind, tl.Name = pipeline.TelemetryNCCLNetwork, ev.Name
+	} else {
+		tl.Kind, tl.NRanks, tl.Host = pipeline.TelemetryNCCLComm, ev.NRanks, ev.Host
+	}
 	return true
+}
+
+// nccLTelemetryText reports whether b says "Using network", "Using
+// internal Network", "nranks" or "nRanks", each followed by a blank: the
+// lines parseNCCL reads. The searches go by a rare byte of each (indexBy;
+// for the two spellings of nranks one search for "anks " by its 'k').
+func nccLTelemetryText(b []byte) bool {
+	if indexBy(b, "Using network ", 0) >= 0 || indexBy(b, "Using internal Network ", 0) >= 0 {
+		return true
+	}
+	for from := 0; ; {
+		i := indexBy(b[from:], "anks ", 2)
+		if i < 0 {
+			return false
+		}
+		if i += from; i >= 2 && b[i-2] == 'n' && (b[i-1] == 'r' || b[i-1] == 'R') {
+			return true
+		}
+		from = i + 1
+	}
 }
 
 // --- nccl-tests ----------------------------------------------------------

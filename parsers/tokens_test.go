@@ -181,7 +181,40 @@ func FuzzTokenSets(f *testing.F) {
 			return
 		}
 		checkTokenSets(t, b, false)
+		checkIndexBy(t, b)
 	})
+}
+
+// checkIndexBy compares the searches by a rare byte (indexBy,
+// indexCheckpoint, nccLTelemetryText) with bytes.Index and
+// bytes.Contains.
+func checkIndexBy(t *testing.T, b []byte) {
+	t.Helper()
+	for _, c := range []struct {
+		tok string
+		at  int
+	}{{"checkpoint", 4}, {"Using network ", 0}, {"anks ", 2}, {"ab", 1}, {"aa", 0}} {
+		if got, want := indexBy(b, c.tok, c.at), bytes.Index(b, []byte(c.tok)); got != want {
+			t.Fatalf("indexBy(%q, %q, %d) = %d; bytes.Index finds %d", b, c.tok, c.at, got, want)
+		}
+	}
+	want := false
+	for _, tok := range []string{"Using network ", "Using internal Network ", "nranks ", "nRanks "} {
+		want = want || bytes.Contains(b, []byte(tok))
+	}
+	if got := nccLTelemetryText(b); got != want {
+		t.Fatalf("nccLTelemetryText(%q) = %v; want %v", b, got, want)
+	}
+}
+
+// TestIndexBy runs checkIndexBy on every testdata line and on texts where
+// the searched byte lies before, in or after a token, or too near an end.
+func TestIndexBy(t *testing.T) {
+	cases := []string{"", "k", "aab", "aaa", "ab", "b", "nRanks 8", "x nranks 8 nRanks", "anks ranks nr anks ", "Rnranks ",
+		"NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2", "Using internal Network Socket", "Using network IB"}
+	for _, l := range testdataLines(t, cases...) {
+		checkIndexBy(t, l)
+	}
 }
 
 // BenchmarkCandidateNaive and BenchmarkCandidateSet compare one search
