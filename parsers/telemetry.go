@@ -2,6 +2,7 @@ package parsers
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -969,11 +970,39 @@ func hfStepKey(b []byte) int {
 	case 'e':
 		k = hfEpoch
 	}
-	if k < 0 || !hasPrefix(b, hfStepKeys[k]) {
+	if k < 0 {
+		return -1
+	}
+	if len(b) >= 16 {
+		// Two masked 8-byte compares instead of a call to compare
+		// strings of a length the compiler does not know: a fifth of
+		// the step dict's cost.
+		w := &hfKeyWords[k]
+		if binary.LittleEndian.Uint64(b)&w.mask[0] != w.word[0] || binary.LittleEndian.Uint64(b[8:])&w.mask[1] != w.word[1] {
+			return -1
+		}
+		return k
+	}
+	if !hasPrefix(b, hfStepKeys[k]) {
 		return -1
 	}
 	return k
 }
+
+// hfKeyWords are hfStepKeys as two little-endian words and the masks of
+// their bytes (keys are at most 16 bytes).
+var hfKeyWords = func() (ws [len(hfStepKeys)]struct{ word, mask [2]uint64 }) {
+	for k, key := range hfStepKeys {
+		if len(key) > 16 {
+			panic("parsers: Hugging Face key over 16 bytes: " + key)
+		}
+		for i := 0; i < len(key); i++ {
+			ws[k].word[i/8] |= uint64(key[i]) << (8 * (i % 8))
+			ws[k].mask[i/8] |= 0xff << (8 * (i % 8))
+		}
+	}
+	return ws
+}()
 
 // eachDictPair calls fn for every "'key': value" of a Python dict repr,
 // b being the text after '{'; quotes around a value are removed.
