@@ -181,10 +181,10 @@ func parseCheckpointLower(b []byte, cl *pipeline.CheckpointLine) bool {
 				if f.parse(b, i, cl) {
 					return true
 				}
+				cl.Reset() // what the form wrote before it gave up
 				break
 			}
 		}
-		cl.Reset()
 	}
 	return false
 }
