@@ -147,7 +147,7 @@ func byteCommonness(c byte) int {
 	case c == ' ':
 		return 5
 	case c >= 'a' && c <= 'z':
-		if bytes.IndexByte([]byte("etaoinsrlcdu"), c) >= 0 {
+		if bytes.IndexByte([]byte("etaoinshrlcdu"), c) >= 0 {
 			return 4
 		}
 		return 3
