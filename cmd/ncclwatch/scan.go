@@ -207,7 +207,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("no-progress", false, "never draw a progress bar")
 	rulesSpec := fs.String("rules", "", "evaluate alert rules: a rule file, several comma-separated, or builtin")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file (diagnostics)")
-	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on for inputs up to 1 GiB)")
+	telemetry := fs.String("telemetry", "auto", "report training step times and nccl-tests results: on, off, or auto (on)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch scan [flags] [FILE|-]...\n\nExit status: 0 all ok or no NCCL evidence, 1 socket_fallback/gdr_off/degraded, 2 usage or I/O error.\n\nflags:")
 		printFlags(stderr, fs, nil)
@@ -257,18 +257,13 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		files = []string{"-"}
 	}
 	switch *telemetry {
-	case "on":
+	case "on", "auto":
+		// auto was off for inputs over 1 GiB while extraction ran at
+		// 0.6-0.9 GB/s; at ~1 GB/s on two cores (README, Performance
+		// (scan)) every input gets it. off keeps the NCCL-only path,
+		// ~3x faster on trainer output.
 		s.enableTelemetry()
 	case "off":
-	case "auto":
-		// Trainer output is mostly progress lines: extracting telemetry
-		// means parsing nearly every line, ~0.6-0.9 GB/s instead of ~3
-		// GB/s on two cores (README, Performance (scan)). Inputs up to
-		// telemetryAutoMax, a second or two, get it; bigger ones keep
-		// the fast NCCL-only path unless asked.
-		if totalSize(files) <= telemetryAutoMax {
-			s.enableTelemetry()
-		}
 	default:
 		fmt.Fprintln(stderr, "ncclwatch scan: --telemetry: want on, off or auto")
 		return exitUsage
@@ -335,26 +330,6 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitFinding
 	}
 	return exitOK
-}
-
-// telemetryAutoMax is the input size up to which --telemetry=auto extracts
-// telemetry: 256 MiB while extraction ran at ~130 MB/s, 1 GiB since it
-// runs at ~0.6-0.9 GB/s on two cores (2026-12-02).
-const telemetryAutoMax = 1 << 30
-
-// totalSize sums the sizes of the named files; stdin and unreadable files
-// count as zero (stdin is usually a pipe of one job's log).
-func totalSize(files []string) int64 {
-	var n int64
-	for _, f := range files {
-		if f == "-" {
-			continue
-		}
-		if st, err := os.Stat(f); err == nil {
-			n += st.Size()
-		}
-	}
-	return n
 }
 
 // printTable writes the human-readable report.
