@@ -273,7 +273,10 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 		tlp = &p.tl
 	}
 	nccl, tel := p.cls.Line(text, &p.ev, tlp)
-	p.messages(out, rec, nccl)
+	if nccl || len(p.ev.LauncherHost) > 0 {
+		// Else there is no message to keep (add), the case of most lines.
+		p.messages(out, rec, nccl)
+	}
 	if tel {
 		// After the messages, as Record's caller reads it; the messages
 		// were read without telemetry (once per line), p.tl is the line's.
