@@ -1701,6 +1701,23 @@ func parseDecimal(b []byte, exp bool, exp10 int) (float64, bool) {
 var exactPow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
 	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
 
+// decimalDigits reads the digits of b from i on into mant, returning
+// where they end, or false when a 20th significant digit might overflow
+// mant (19 digits: mant at least 1e18).
+func decimalDigits(b []byte, i int, mant uint64) (int, uint64, bool) {
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 9 {
+			break
+		}
+		if mant >= 1e18 {
+			return i, mant, false
+		}
+		mant = mant*10 + uint64(d)
+	}
+	return i, mant, true
+}
+
 // exactDecimal returns the value of the decimal number b ([sign] digits
 // [. digits] [e|E [sign] digits], the exponent only when exp10 is 0)
 // times 10^exp10 when float64 arithmetic gives it exactly, as
@@ -1721,32 +1738,17 @@ func exactDecimal(b []byte, exp10 int) (v float64, ok bool) {
 	// (one loop testing for the point at every digit cost a third more).
 	// A mantissa of 19 significant digits (at least 1e18) takes no more:
 	// a 20th might overflow it.
-	var mant uint64
 	start := i
-	for ; i < len(b); i++ {
-		d := b[i] - '0'
-		if d > 9 {
-			break
-		}
-		if mant >= 1e18 {
-			return 0, false
-		}
-		mant = mant*10 + uint64(d)
+	i, mant, ok := decimalDigits(b, i, 0)
+	if !ok {
+		return 0, false
 	}
 	digit := i > start
 	frac := 0 // digits after the point
 	if i < len(b) && b[i] == '.' {
-		i++
-		start = i
-		for ; i < len(b); i++ {
-			d := b[i] - '0'
-			if d > 9 {
-				break
-			}
-			if mant >= 1e18 {
-				return 0, false
-			}
-			mant = mant*10 + uint64(d)
+		start = i + 1
+		if i, mant, ok = decimalDigits(b, start, mant); !ok {
+			return 0, false
 		}
 		frac = i - start
 		digit = digit || frac > 0

@@ -28,6 +28,30 @@ func (f *tokenFinder) Next(from int) int {
 	return from + i
 }
 
+// linesWithToken is the line-by-line reference of the block scanner with
+// tokenFinder{"NCCL"}: the lines of text holding the token and at most max
+// bytes long ("offset:line"), the number of longer ones holding it, and
+// every line of at most max bytes by its offset.
+func linesWithToken(text string, max int) (want []string, over int64, all map[int64]string) {
+	all = map[int64]string{}
+	off := 0
+	for _, l := range strings.SplitAfter(text, "\n") {
+		line := strings.TrimSuffix(l, "\n")
+		if len(line) <= max {
+			all[int64(off)] = line
+		}
+		if strings.Contains(line, "NCCL") {
+			if len(line) > max {
+				over++
+			} else {
+				want = append(want, fmt.Sprintf("%d:%s", off, line))
+			}
+		}
+		off += len(l)
+	}
+	return want, over, all
+}
+
 // TestBlockScannerMatchesLineByLine compares the block scanner with a
 // line-by-line reference on random inputs, with block sizes small enough
 // that lines straddle blocks, over a reader that returns one byte at a time
@@ -52,20 +76,7 @@ func TestBlockScannerMatchesLineByLine(t *testing.T) {
 		}
 		text := in.String()
 		max := 40 + rng.IntN(40)
-		var want []string
-		var wantOver int64
-		off := 0
-		for _, l := range strings.SplitAfter(text, "\n") {
-			line := strings.TrimSuffix(l, "\n")
-			if strings.Contains(line, "NCCL") {
-				if len(line) > max {
-					wantOver++
-				} else {
-					want = append(want, fmt.Sprintf("%d:%s", off, line))
-				}
-			}
-			off += len(l)
-		}
+		want, wantOver, _ := linesWithToken(text, max)
 		size := 4*max + rng.IntN(64)
 		var r = iotest.HalfReader(strings.NewReader(text))
 		bs := &BlockScanner{r: r, find: &tokenFinder{tok: []byte("NCCL")}, max: max, size: size}
@@ -132,24 +143,7 @@ func TestBlockScannerDenseStretch(t *testing.T) {
 		}
 		text := in.String()
 		max := 70
-		var want []string
-		var wantOver int64
-		all := map[int64]string{} // every line under the cap, by offset
-		off := 0
-		for _, l := range strings.SplitAfter(text, "\n") {
-			line := strings.TrimSuffix(l, "\n")
-			if len(line) <= max {
-				all[int64(off)] = line
-			}
-			if strings.Contains(line, "NCCL") {
-				if len(line) > max {
-					wantOver++
-				} else {
-					want = append(want, fmt.Sprintf("%d:%s", off, line))
-				}
-			}
-			off += len(l)
-		}
+		want, wantOver, all := linesWithToken(text, max)
 		bs := &BlockScanner{r: strings.NewReader(text), find: &tokenFinder{tok: []byte("NCCL")}, max: max,
 			size: 4*max + rng.IntN(2048), sample: 200 + rng.IntN(300)}
 		var got []string
