@@ -55,8 +55,17 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 // progress bar redrawn in place is read by its last update, the NCCL
 // parser reads the whole line: two texts, two strips.
 func (l *Lines) lineCR(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine) (nccl, telemetry bool) {
-	telemetry = l.tel.Parse(text, tl)
+	telemetry = l.tel.Parse(text, tl) && rawToken(text)
 	return l.classify(text, ev), telemetry
+}
+
+// rawToken reports whether text holds a finder token before its ANSI
+// colours are stripped, as the finder searches it: a colour code inside
+// a token ("TFLOP\x1b[0m/s") makes a line the finder passes over, so it is
+// no telemetry line (FuzzFinderCovers). Lines without an escape need no
+// second look: their stripped text is a part of them.
+func rawToken(text []byte) bool {
+	return bytes.IndexByte(text, 0x1b) < 0 || allSet.contains(text)
 }
 
 // lineFull is Line of a line without '\r', of at most maxTelemetryLine
@@ -102,7 +111,7 @@ func (l *Lines) lineFull(text []byte, ev *pipeline.Event, tl *pipeline.Telemetry
 	if marked {
 		return nccl, l.tel.parseMarked(body, p, pre, tl, marks)
 	}
-	return nccl, l.tel.parseStripped(rest, p, pre, tl)
+	return nccl, l.tel.parseStripped(rest, p, pre, tl) && rawToken(text)
 }
 
 // lineMarkSet is the prefilter's tokens (finderSpecs, the first

@@ -50,8 +50,10 @@ type JSONFields struct {
 
 // DefaultTelemetryConfig returns the field names of common JSON metric
 // loggers (Megatron's and torchtitan's JSONL exporters, custom trainers).
-// Every step-time name contains "_time" and every throughput name
-// "_per_s", the prefilter tokens that find them.
+// Every figure's name holds a finder token ("_time", "_per_s", "tflops",
+// "mfu": TestJSONNamesHoldTokens), so the finder finds their lines; names
+// configured otherwise are read where every line is (run), not by scan's
+// finder.
 func DefaultTelemetryConfig() TelemetryConfig {
 	return TelemetryConfig{JSON: JSONFields{
 		Step:        []string{"step", "global_step", "iteration", "iter"},
@@ -572,10 +574,12 @@ func parseTestRow(b []byte, tl *pipeline.TelemetryLine) bool {
 
 // testRowTypes are the parts of the data type names nccl-tests prints
 // (int8, uint8, int32, uint32, int64, uint64, half, float, bfloat16,
-// double, f8e4m3, f8e5m2); each is a finder token (TelemetryTokens,
-// telemetrySlowTokens), so a row the finder would not hand on is no row
-// (FuzzFinderCovers).
-var testRowTypes = [...]string{"float", "half", "double", "f8e", "int8", "int32", "int64"}
+// double, f8e4m3, f8e5m2; rccl-tests fp8_e4m3, fp8_e5m2); each is a
+// finder token (TelemetryTokens, telemetrySlowTokens), so a row the finder
+// would not hand on is no row (FuzzFinderCovers). The "char" and "int"
+// rows of the nccl-tests of NCCL 1 (2017) are not read: "int" is in too
+// many words to search for.
+var testRowTypes = [...]string{"float", "half", "double", "f8e", "fp8", "int8", "int32", "int64"}
 
 // testRowType reports whether typ is the type column of an nccl-tests row.
 func testRowType(typ []byte) bool {
@@ -676,6 +680,9 @@ func parseMegatron(b []byte, tl *pipeline.TelemetryLine) bool {
 			tl.StepTime, ok = parseScaled(val, -3)
 			found = found || ok
 		case "elapsed time per iteration (s)":
+			if !bytes.Contains(b, []byte("(s):")) {
+				break // "(s) :": not the form printed, nor the finder's token
+			}
 			tl.StepTime, ok = parseNumber(val)
 			found = found || ok
 		case "throughput per GPU (TFLOP/s/GPU)", "TFLOPs", "tflops", "TFLOPS":
@@ -1398,7 +1405,7 @@ func skipNested(b []byte, i int) (int, bool) {
 // parseNanoGPT reads nanoGPT's "iter 10: loss 3.2202, time 893.76ms, mfu
 // 16.68%" (nanoGPT issue 178). The first iterations print mfu -100.00% as
 // a placeholder: not a figure. Lines from before March 2023, without mfu,
-// are not read: ", mfu " is the finder's token for these lines, and a line
+// are not read: "mfu" is the finder's token for these lines, and a line
 // the finder would not hand on must not be one (FuzzFinderCovers); their
 // other words ("iter", "loss", "time") are too common to search for.
 func parseNanoGPT(b []byte, tl *pipeline.TelemetryLine) bool {
@@ -1825,7 +1832,7 @@ var TelemetryTokens = [...][]byte{
 	[]byte("_step_timing"),    // NeMo "train_step_timing in s"
 	[]byte("GiB("),            // torchtitan "memory: 66.91GiB(37.51%)" on every step line
 	[]byte("'loss'"),          // Hugging Face step dicts
-	[]byte("_per_sec"),        // Hugging Face summary, Composer throughput, JSON *_per_sec*
+	[]byte("_per_s"),          // Hugging Face summary, Composer throughput, JSON *_per_s, *_per_sec*
 	[]byte("Epoch"),           // Lightning progress bars
 	[]byte("SamplesPerSec"),   // DeepSpeed throughput timer
 	[]byte("Profile Summary"), // DeepSpeed flops profiler step
@@ -1846,6 +1853,9 @@ var TelemetryTokens = [...][]byte{
 	[]byte("half"),            // … half
 	[]byte("double"),          // … double
 	[]byte("f8e"),             // … f8e4m3, f8e5m2
+	[]byte("fp8"),             // … fp8_e4m3, fp8_e5m2 (rccl-tests)
+	[]byte("tflops"),          // JSON tflops, tflops_per_gpu; torchtitan "tflops:"
+	[]byte("mfu"),             // JSON mfu; torchtitan "mfu:", nanoGPT ", mfu "
 }
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their
@@ -1858,7 +1868,6 @@ var telemetrySlowTokens = [...][]byte{
 	[]byte("int32"),
 	[]byte("int64"),
 	[]byte("nccl-tests"), // nccl-tests 2.18+ version line
-	[]byte(", mfu "),     // nanoGPT "time 893.76ms, mfu 16.68%" (parseNanoGPT: not its pre-2023 lines without mfu)
 	// Checkpoint lines (checkpoint.go: CheckpointTokens).
 	tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo,
 }

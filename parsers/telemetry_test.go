@@ -201,6 +201,14 @@ var telCases = []telCase{
 				pipeline.NCCLTestResult{TimeUS: 490.8, AlgBW: 239.27, BusBW: 119.64, Wrong: 0},
 				pipeline.NCCLTestResult{TimeUS: 418.7, AlgBW: 280.48, BusBW: 140.24, Wrong: 0})
 		}},
+	{"rccl-tests fp8 row", `        1024           256  fp8_e4m3     sum      -1    27.06    0.04    0.07      0    27.03    0.04    0.07      0`,
+		func(l *pipeline.TelemetryLine) {
+			row(l, FormatRedopRootWrong, 1024, 256, "fp8_e4m3", "sum", -1,
+				pipeline.NCCLTestResult{TimeUS: 27.06, AlgBW: 0.04, BusBW: 0.07, Wrong: 0},
+				pipeline.NCCLTestResult{TimeUS: 27.03, AlgBW: 0.04, BusBW: 0.07, Wrong: 0})
+		}},
+	{"NCCL 1 char row (not read: no finder token)", `        1024           256      char     sum      -1    27.06    0.04    0.07      0    27.03    0.04    0.07      0`, nil},
+	{"megatron (s) with a blank before the colon", ` iteration       10/    1000 | elapsed time per iteration (s) : 1.5 |`, nil},
 	{"015 avg trailing blank", `# Avg bus bandwidth    : 179.465 `,
 		func(l *pipeline.TelemetryLine) { l.Kind, l.Avg = pipeline.TelemetryTestAvg, 179.465 }},
 	{"014 out of bounds", `# Out of bounds values : 0 OK`, nil},

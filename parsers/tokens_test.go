@@ -299,11 +299,34 @@ func checkFinderCovers(t *testing.T, line []byte) {
 	}
 }
 
-// TestFinderCoversLines runs checkFinderCovers on every testdata line and
-// on each with its finder tokens cut out.
+// finderCoverCases are lines a review found the property failing on, or
+// near it: JSON figures by their default names, colour codes inside a
+// token, a Megatron step time with a blank before its colon, rows of
+// rccl-tests' and NCCL 1's types.
+var finderCoverCases = []string{
+	`{"step": 5, "tflops": 100.5}`, `{"step": 5, "mfu": 40.1}`, `{"step": 5, "tokens_per_s": 1000}`,
+	`{"iteration": 5, "samples_per_s": 1000, "loss": 2.1}`, `[rank0]: {"step": 5, "mfu": 40.1}`,
+	`2024-01-01T00:00:00Z stdout F {"step": 5, "mfu": 40.1}`,
+	` iteration       10/    1000 | elapsed time per iteration (s) : 1.5 |`,
+	"iter 10: loss 3.2202, time 893.76ms,\x1b[0m mfu 16.68%",
+	"iter 10: loss 3.2202, time 893.76ms, mfu\x1b[0m 16.68%",
+	"I0811 21:55:16.704861 1 metric_logger.py:226] completed step: 3, seconds: 10.344, TFLOP\x1b[0m/s/device: 346.932, loss: 12.979",
+	"[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  memory: 66.91GiB\x1b[0m(37.51%)  tps: 10,050",
+	"\x1b[32m[titan] 2026-02-24 19:46:17,508 - root - INFO - \x1b[31mstep:  4  \x1b[33mmemory: 66.91Gi\x1b[0mB(37.51%)  \x1b[34mtps: 10,050",
+	"{'lo\x1b[0mss': 0.39, 'epoch': 1.0}", "# nThread 1 nGpus 1 minBytes 8 max\x1b[0mBytes 134217728 step: 2(factor)",
+	"#  Rank  0 Group  0 Pid\x1b[0m  78499 on gpu01 device  0 [0x00] Tesla T4",
+	"           4             1     flo\x1b[0mat    sum      -1    27.06    0.00    0.00      0    27.03    0.00    0.00      0",
+	"host:1:1 [0] NC\x1b[0mCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2", "[ba\x1b[0mtch=16/100]:",
+	"Saving model chec\x1b[0mkpoint to /x/checkpoint-500", "epoch 1 | loss 0.5 | 3.2 it/s\r{'lo\x1b[0mss': 0.39}",
+	`        1024           256  fp8_e4m3     sum      -1    27.06    0.04    0.07      0    27.03    0.04    0.07      0`,
+	`        1024           256      char     sum      -1    27.06    0.04    0.07      0    27.03    0.04    0.07      0`,
+}
+
+// TestFinderCoversLines runs checkFinderCovers on every testdata line, the
+// cases above, and each with its finder tokens cut out.
 func TestFinderCoversLines(t *testing.T) {
 	n := 0
-	for _, l := range testdataLines(t, hfStepCases...) {
+	for _, l := range testdataLines(t, append(append([]string(nil), hfStepCases...), finderCoverCases...)...) {
 		checkFinderCovers(t, l)
 		f := NewTelemetryFinder()
 		f.Reset(l)
@@ -324,7 +347,7 @@ func TestFinderCoversLines(t *testing.T) {
 
 // FuzzFinderCovers is checkFinderCovers on any line.
 func FuzzFinderCovers(f *testing.F) {
-	for _, c := range append(append([]string(nil), tokenCases...), hfStepCases...) {
+	for _, c := range append(append(append([]string(nil), tokenCases...), hfStepCases...), finderCoverCases...) {
 		f.Add([]byte(c))
 	}
 	telemetryLines(f, func(_ string, line []byte) { f.Add(append([]byte(nil), line...)) })
@@ -334,4 +357,23 @@ func FuzzFinderCovers(f *testing.F) {
 		}
 		checkFinderCovers(t, b)
 	})
+}
+
+// TestJSONNamesHoldTokens: a JSON line with a step and one figure by any
+// default name is a telemetry line the finder finds.
+func TestJSONNamesHoldTokens(t *testing.T) {
+	c := DefaultTelemetryConfig().JSON
+	p := NewTelemetry(DefaultTelemetryConfig())
+	for _, names := range [][]string{c.StepTime, c.StepTimeMS, c.TokensPerS, c.SamplesPerS, c.TFLOPs, c.MFU} {
+		for _, name := range names {
+			line := []byte(`{"step": 5, "` + name + `": 2.5}`)
+			var tl pipeline.TelemetryLine
+			if !p.Parse(line, &tl) {
+				t.Errorf("%s: not a telemetry line", line)
+			}
+			if !allSet.contains(line) {
+				t.Errorf("%s: no finder token", line)
+			}
+		}
+	}
 }

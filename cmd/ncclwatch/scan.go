@@ -114,7 +114,26 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 		dec := parsers.NewDecoder(s.dcfg)
 		pr := pipeline.NewParser(newLines(), s.telA != nil)
 		var out *parsedChunk
-		emit := func(rec *pipeline.Record) { pr.Parse(rec, &out.recs) }
+		var dense []byte // the line of a dense stretch being decoded
+		var denseOK int  // whether it holds a token: 0 not known yet, 1, -1
+		emit := func(rec *pipeline.Record) {
+			if dense != nil && dec.Last() != parsers.EnvelopeRaw && dec.Last() != parsers.EnvelopeCRI {
+				// A JSON record's text may hold a token only once its
+				// escapes are undone ("NC\u0043L", "TFLOP\/s"); the
+				// finder, searching the record's bytes, would not have
+				// handed it on.
+				if denseOK == 0 {
+					denseOK = -1
+					if pre(dense) {
+						denseOK = 1
+					}
+				}
+				if denseOK < 0 {
+					return
+				}
+			}
+			pr.Parse(rec, &out.recs)
+		}
 		return func(c *pipeline.Chunk) any {
 			out, _ = chunks.Get().(*parsedChunk)
 			if out == nil {
@@ -123,6 +142,10 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 			out.recs.Reset()
 			out.oversized, out.malformed = 0, 0
 			for i, line := range c.Lines {
+				dense, denseOK = nil, 0
+				if i >= c.Searched {
+					dense = line
+				}
 				if err := dec.DecodeLine(line, emit); err != nil && (i < c.Searched || pre(line)) {
 					// A line of a dense stretch is counted only if the
 					// finder would have handed it on.

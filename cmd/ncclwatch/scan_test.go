@@ -185,3 +185,45 @@ func TestScanDenseStretch(t *testing.T) {
 		}
 	}
 }
+
+// TestScanDenseStretchJSONEscapes: in a dense stretch of JSON records, a
+// record whose text holds a token only once its escapes are undone
+// ("TFLOP\/s") is passed over, as the finder, searching the records'
+// bytes, passes over it where it searches; the same record unescaped is
+// read.
+func TestScanDenseStretchJSONEscapes(t *testing.T) {
+	for _, c := range []struct {
+		slash   string
+		maxtext int
+	}{{`\/`, 0}, {`/`, 39}} {
+		var in strings.Builder
+		for i := range 600 {
+			fmt.Fprintf(&in, `{"date": 1700000000.5, "log": "{'loss': %d.25, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}\n", "stream": "stdout"}`+"\n", i)
+		}
+		for i := 1; i <= 39; i++ {
+			fmt.Fprintf(&in, `{"date": 1700000000.5, "log": "I0811 21:55:16.704861 1 metric_logger.py:226] completed step: %d, seconds: 10.344, TFLOP%ss%sdevice: 346.932, loss: 12.979\n", "stream": "stdout"}`+"\n", i, c.slash, c.slash)
+		}
+		var out, errOut bytes.Buffer
+		runScan([]string{"--json", "--no-progress", "--telemetry", "on", "-"}, strings.NewReader(in.String()), &out, &errOut)
+		var res struct {
+			Input struct {
+				Candidates int `json:"candidate_lines"`
+			} `json:"input"`
+			Training []struct {
+				Framework string `json:"framework"`
+				Steps     int    `json:"steps"`
+			} `json:"training"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("%v; stderr %s", err, errOut.String())
+		}
+		got := map[string]int{}
+		for _, tr := range res.Training {
+			got[tr.Framework] = tr.Steps
+		}
+		if got["hf_trainer"] != 600 || got["maxtext"] != c.maxtext || res.Input.Candidates != 639 {
+			t.Errorf("TFLOP%ss: series %v, %d candidate lines; want 600 Hugging Face steps, %d MaxText steps, 639 lines handed on (a dense stretch)",
+				c.slash, got, res.Input.Candidates, c.maxtext)
+		}
+	}
+}
