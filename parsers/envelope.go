@@ -169,8 +169,6 @@ type Decoder struct {
 	last Envelope
 	rec  pipeline.Record
 	line int32
-	// single says the record holds no newline (DecodeLine).
-	single bool
 
 	f     jsonFields
 	ctl   bool   // the record holds a byte < 0x20: check strings for it
@@ -308,11 +306,23 @@ func (d *Decoder) Pending() bool { return d.pend || d.skip }
 // Errors wrap ErrOversized or ErrMalformed; after either the decoder goes on
 // with the next record.
 func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
+	return d.decodeRecord(data, false, emit)
+}
+
+// DecodeLine is Decode of a record that holds no newline, such as a line
+// pipeline.BlockScanner cut from a file: a raw line is passed on without
+// searching it for one (deliver's first step, a pass over every line).
+func (d *Decoder) DecodeLine(line []byte, emit func(*pipeline.Record)) error {
+	return d.decodeRecord(line, true, emit)
+}
+
+// decodeRecord is Decode; single says data holds no newline (DecodeLine).
+func (d *Decoder) decodeRecord(data []byte, single bool, emit func(*pipeline.Record)) error {
 	d.line = 0
 	if n := len(data); n > 0 && data[n-1] == '\n' {
 		data = data[:n-1]
 	}
-	err := d.decode(data, emit)
+	err := d.decode(data, single, emit)
 	// Do not keep a buffer sized for one freak record.
 	if cap(d.text) > 4*d.cfg.MaxLineBytes {
 		d.text = nil
@@ -320,17 +330,7 @@ func (d *Decoder) Decode(data []byte, emit func(*pipeline.Record)) error {
 	return err
 }
 
-// DecodeLine is Decode of a record that holds no newline, such as a line
-// pipeline.BlockScanner cut from a file: a raw line is passed on without
-// searching it for one (deliver's first step, a pass over every line).
-func (d *Decoder) DecodeLine(line []byte, emit func(*pipeline.Record)) error {
-	d.single = true
-	err := d.Decode(line, emit)
-	d.single = false
-	return err
-}
-
-func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
+func (d *Decoder) decode(data []byte, single bool, emit func(*pipeline.Record)) error {
 	d.hi = false
 	i := skipWS(data, 0)
 	if i < len(data) {
@@ -345,7 +345,7 @@ func (d *Decoder) decode(data []byte, emit func(*pipeline.Record)) error {
 		}
 	}
 	d.last = EnvelopeRaw
-	if d.single && !d.pend && !d.skip && len(data) <= d.cfg.MaxLineBytes {
+	if single && !d.pend && !d.skip && len(data) <= d.cfg.MaxLineBytes {
 		// What deliver does with a complete line of one line.
 		d.emit(data, d.hi, time.Time{}, "", nil, emit)
 		return nil
