@@ -273,10 +273,7 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 		tlp = &p.tl
 	}
 	nccl, tel := p.cls.Line(text, &p.ev, tlp)
-	if nccl || len(p.ev.LauncherHost) > 0 {
-		// Else there is no message to keep (add), the case of most lines.
-		p.messages(out, rec, nccl)
-	}
+	p.messages(out, rec, nccl)
 	if tel {
 		// After the messages, as Record's caller reads it; the messages
 		// were read without telemetry (once per line), p.tl is the line's.
@@ -423,9 +420,9 @@ type chunk struct {
 
 // Scan calls fn for every candidate line (without its newline; in a dense
 // stretch every line), in input order, with the byte offset where it
-// starts. line is valid only during the call. It returns nil at the end of the input. The token search runs
-// on up to four goroutines (one block each, a clone of the finder per
-// goroutine) while fn is called from Scan's own goroutine, so fn needs no
+// starts. line is valid only during the call. It returns nil at the end of
+// the input. The token search runs on up to four goroutines (one block
+// each, a clone of the finder per goroutine) while fn is called from Scan's own goroutine, so fn needs no
 // locking. A few buffers of the block size are all the memory it holds,
 // whatever the input length.
 func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
