@@ -1,0 +1,190 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Assigned is called when the source got partitions: the assembler is
+// rebuilt from the events stored below each partition's committed offset.
+// Everything from that offset on is delivered again and processed as new;
+// storage folds the rows written before (every table is keyed by source
+// coordinates, or by summary key with a version that depends only on the
+// events folded in). Nothing is skipped: a batch is several inserts and a
+// crash can fall between them, so no one table says what was stored.
+// ctx is the generation's: size and timer flushes stop retrying when it
+// ends.
+func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
+	r.abandon()
+	r.reset()
+	r.dropBatch()
+	r.gen = ctx
+	r.assigned.Store(false)
+	if err := r.rebuildRetrying(ctx, parts); err != nil {
+		return err
+	}
+	r.assigned.Store(true)
+	return nil
+}
+
+// rebuildRetrying rebuilds until it succeeds, the generation ends or the
+// error is permanent, with the sink's backoff (RetryBackoff doubling to
+// MaxBackoff): the loader is the sink's server, and an outage of it at an
+// assignment is waited out like one during a batch. Meanwhile /readyz is
+// 503 (no assignment held; after SinkTimeout the sink is unhealthy too,
+// with the error), each failure is counted in
+// ncclwatch_state_rebuild_errors_total, and the first is logged at warn.
+func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
+	backoff := r.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := r.rebuild(ctx, parts)
+		if err == nil {
+			if attempt > 1 {
+				r.stored()
+				r.log.Info().Int("attempts", attempt).Msg("state rebuilt after failed attempts")
+			}
+			return nil
+		}
+		if mt := r.deps.Metrics; mt != nil {
+			mt.RebuildErrors.Inc()
+		}
+		if IsPermanent(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
+		}
+		if attempt == 1 {
+			r.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("state rebuild failed; retrying while the assignment waits")
+		} else {
+			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("state rebuild failed; retrying")
+		}
+		r.lastErr.Store(&err)
+		// What a failed attempt loaded is dropped: the next one starts
+		// from nothing.
+		r.reset()
+		r.dropBatch()
+		if !r.pause(ctx, &backoff) {
+			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
+	if r.deps.Loader == nil || len(parts) == 0 {
+		return nil
+	}
+	byTopic := map[string][]int32{}
+	below := map[partKey]int64{}
+	for _, p := range parts {
+		if p.Committed <= 0 {
+			continue // nothing committed: every stored event is delivered again
+		}
+		byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
+		below[partKey{p.Topic, p.Partition}] = p.Committed
+	}
+	since := r.deps.Now().Add(-r.cfg.IdleEvict)
+	r.foldedJob = "" // touched entries are set below
+	var ev Event
+	n := 0
+	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
+		ps := byTopic[topic]
+		err := r.deps.Loader.LoadEvents(ctx, topic, ps, since, func(row EventRow) error {
+			if row.Source.Offset >= below[partKey{row.Source.Topic, row.Source.Partition}] {
+				return nil // delivered again: folded in as it arrives
+			}
+			nccl, tel := r.deps.Classifier.Line([]byte(row.Line), &ev, &r.tl)
+			if tel {
+				// Restores the job's network and NCCL ranks for its test
+				// runs; rows are not written again.
+				r.tel.Add(JobKey(row.Cluster, row.Namespace, row.Job), &Meta{Job: row.Job, Namespace: row.Namespace,
+					Cluster: row.Cluster, Pod: row.Pod, Node: row.Node}, &r.tl, row.Time, row.Source, nil)
+			}
+			if !nccl {
+				return nil
+			}
+			meta := Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod, Container: row.Container, Node: row.Node}
+			job := JobKey(row.Cluster, row.Namespace, row.Job)
+			r.asm.Add(job, &meta, &ev, row.Time)
+			r.touched[job] = r.deps.Now()
+			// The next batch carries the rebuilt job's summary: the same
+			// version and content as stored, so storage does not change,
+			// while the rules stage of this process learns of the job.
+			r.dirty[job] = true
+			n++
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild state for %s %v: %w", topic, ps, err)
+		}
+	}
+	r.jobs.Store(int64(r.asm.Len()))
+	if mt := r.deps.Metrics; mt != nil {
+		mt.Rebuilds.Inc()
+		mt.RebuiltEvents.Add(float64(n))
+		mt.JobsHeld.Set(float64(r.asm.Len()))
+	}
+	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.asm.Len()).Msg("state rebuilt from stored events")
+	return nil
+}
+
+// heldJobs returns the jobs of which the runner holds state (NCCL or
+// telemetry), sorted.
+func (r *Runner) heldJobs() []string {
+	set := map[string]bool{}
+	for _, j := range r.asm.Jobs() {
+		set[j] = true
+	}
+	for _, j := range r.tel.Jobs() {
+		set[j] = true
+	}
+	for j := range r.touched {
+		set[j] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// revokeMargin is kept from the revocation deadline for the answer to reach
+// the source and the source to leave the generation.
+const revokeMargin = 500 * time.Millisecond
+
+// Revoked is called before partitions are taken away: the open batch is
+// stored and committed while the generation is alive, if the sink accepts
+// it before ctx's deadline; otherwise it is dropped (the records are
+// delivered again to the next owner). The state is dropped either way.
+func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
+	for _, j := range r.asm.Jobs() {
+		r.dirty[j] = true
+	}
+	// The jobs held leave with their partitions; they did not end (not
+	// Evicted): the rules stage keeps their alerts as they are.
+	released := r.heldJobs()
+	r.batch.Released = append(r.batch.Released[:0], released...)
+	fctx, cancel := revokeCtx(ctx)
+	defer cancel()
+	err := r.flush(fctx)
+	if err != nil {
+		rows := r.batch.Len()
+		if r.held != nil {
+			rows += r.held.b.Len()
+		}
+		r.log.Warn().Err(err).Int("rows", rows).Msg("revoked before the open batch was stored; dropped, the next owner replays it")
+		if len(released) > 0 {
+			// The stage must learn of the release all the same: a batch
+			// with nothing to store, its context done.
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.deps.Sink.Consume(done, &Batch{Released: released})
+		}
+	}
+	r.abandon()
+	r.reset()
+	r.dropBatch()
+	r.gen = nil
+	r.assigned.Store(false)
+	return err
+}

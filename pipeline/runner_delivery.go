@@ -1,0 +1,285 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// flushCtx is the context of a size or timer flush: it ends with ctx or
+// with the generation, so that a rebalance during a sink outage stops the
+// retries and the revocation is honoured at once.
+func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.gen == nil {
+		return ctx, func() {}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.gen, cancel)
+	return fctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// flushNow is a size or timer flush. Within Run the batch is stored by a
+// goroutine of its own while the loop goes on with the next one; the
+// previous batch must have landed first (at most one in flight: a sink
+// slower than the stream holds the loop here, back-pressure).
+func (r *Runner) flushNow(ctx context.Context) error {
+	if r.revoking != nil {
+		// The records of an ended generation, applied at its revocation:
+		// stored within the revocation's deadline, not the generation's.
+		return r.start(r.revoking, false, true)
+	}
+	if r.genEnded() {
+		// Every store would be cut short at once (and a held batch sent
+		// again only to fail): the revocation stores what is open.
+		return context.Cause(r.gen)
+	}
+	if !r.async {
+		fctx, cancel := r.flushCtx(ctx)
+		defer cancel()
+		return r.flush(fctx)
+	}
+	return r.start(ctx, true, true)
+}
+
+// genEnded reports whether the generation the loop holds has ended (its
+// revocation is on its way).
+func (r *Runner) genEnded() bool { return r.gen != nil && r.gen.Err() != nil }
+
+// start lands the batch in flight (or stores the held one), then sends the
+// open batch off without waiting for it; with gen both also end with the
+// generation (see flushCtx); timed says it is a size or timer flush
+// (summaries may wait, see prepare).
+func (r *Runner) start(ctx context.Context, gen, timed bool) error {
+	if err := ctx.Err(); err != nil {
+		return err // a held batch is not sent again to fail at once
+	}
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if gen {
+		sctx, cancel = r.flushCtx(ctx)
+	}
+	defer cancel()
+	if err := r.settle(sctx); err != nil {
+		return err
+	}
+	evict, ok := r.prepare(timed)
+	if !ok {
+		return nil
+	}
+	r.launch(ctx, gen, r.handOff(), evict)
+	return nil
+}
+
+// flight is a batch handed to the sink chain by a goroutine of the
+// runner's; the loop gets its result on done (exactly one value) in land
+// or settle.
+type flight struct {
+	b      *Batch
+	evict  []string // jobs evicted once b is stored
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// flightDone is the in-flight batch's result channel, nil when none flies.
+func (r *Runner) flightDone() <-chan error {
+	if r.flying == nil {
+		return nil
+	}
+	return r.flying.done
+}
+
+// handOff moves the open batch out of the loop's hands: the returned Batch
+// is the insert's alone, the loop goes on with an empty one (the spare's
+// capacity) and no offsets.
+func (r *Runner) handOff() *Batch {
+	b := r.spare
+	r.spare = nil
+	if b == nil {
+		b = new(Batch)
+	}
+	*b, r.batch = r.batch, *b
+	r.dropBatch()
+	return b
+}
+
+// launch stores b in a goroutine; with gen the store also ends with the
+// generation (see flushCtx). The goroutine's owner is the loop: every
+// flight is received by land or settle, or by abandon when Run returns.
+func (r *Runner) launch(ctx context.Context, gen bool, b *Batch, evict []string) {
+	f := &flight{b: b, evict: evict, done: make(chan error, 1)}
+	if gen {
+		fctx, stop := r.flushCtx(ctx)
+		var cancel context.CancelFunc
+		f.ctx, cancel = context.WithCancel(fctx)
+		f.cancel = func() { cancel(); stop() }
+	} else {
+		f.ctx, f.cancel = context.WithCancel(ctx)
+	}
+	r.flying = f
+	go func() { f.done <- r.store(f.ctx, b) }()
+}
+
+// land takes the in-flight batch's result: stored, its offsets are
+// committed and its idle jobs evicted; cut short by its context, it is
+// held for the next flush; a permanent error is returned as is.
+func (r *Runner) land(err error) error {
+	f := r.flying
+	r.flying = nil
+	defer f.cancel()
+	if err != nil {
+		if !IsPermanent(err) {
+			r.held = f
+		}
+		return err
+	}
+	r.commit(f.ctx, f.b.Offsets)
+	for _, o := range f.b.Offsets {
+		if ps := r.parts[partKey{o.Topic, o.Partition}]; ps != nil {
+			ps.committed, ps.stored, ps.staged = o.Next, ps.staged, 0
+		}
+	}
+	now := r.deps.Now()
+	for _, j := range f.evict {
+		// A job that got lines while its final summary was being stored
+		// stays (it is dirty again and goes into the next batch).
+		if t, ok := r.touched[j]; ok && now.Sub(t) < r.cfg.IdleEvict {
+			continue
+		}
+		r.evict(j)
+	}
+	r.jobs.Store(int64(r.asm.Len()))
+	if mt := r.deps.Metrics; mt != nil {
+		mt.JobsHeld.Set(float64(r.asm.Len()))
+	}
+	f.b.Reset()
+	r.spare = f.b
+	return nil
+}
+
+// settle waits until no batch is in flight or held: the in-flight one
+// lands, a held one is stored again. When ctx ends first the in-flight
+// store is abandoned (cancelled and waited for: the sink chain is never
+// called by two goroutines at once) and held; settle returns its error.
+func (r *Runner) settle(ctx context.Context) error {
+	for r.flying != nil || r.held != nil {
+		if r.flying == nil {
+			h := r.held
+			r.held = nil
+			r.launch(ctx, false, h.b, h.evict)
+		}
+		var err error
+		select {
+		case err = <-r.flying.done:
+		case <-ctx.Done():
+			r.flying.cancel()
+			err = <-r.flying.done
+		}
+		if err := r.land(err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon cancels and waits for the in-flight batch, and forgets it and a
+// held one: their offsets stay uncommitted, their records are replayed.
+func (r *Runner) abandon() {
+	if f := r.flying; f != nil {
+		f.cancel()
+		<-f.done
+		r.flying = nil
+	}
+	r.held = nil
+}
+
+// fatal reports whether a flush error stops the loop: a permanent one. A
+// flush cut short by its context keeps the batch for the next flush (or
+// drops it at the revocation).
+func fatal(err error) bool { return IsPermanent(err) }
+
+// store hands b to the sink chain until it is accepted: the one retry
+// loop of the service. It returns ctx's error when ctx ends first, and a
+// permanent error at once. It runs in a flight's goroutine and touches
+// nothing of the runner but b, the atomics and the metrics.
+func (r *Runner) store(ctx context.Context, b *Batch) error {
+	ctx, span := r.deps.Tracer.Start(ctx, "ncclwatch.batch")
+	span.SetAttributes(attribute.Int("events", len(b.Events)), attribute.Int("jobs", len(b.Jobs)),
+		attribute.Int("dead_letters", len(b.DeadLetters)))
+	defer span.End()
+	if r.failingSince.Load() == 0 {
+		r.failingSince.Store(time.Now().UnixNano())
+	}
+	backoff := r.cfg.RetryBackoff
+	for {
+		err := r.deps.Sink.Consume(ctx, b)
+		if err == nil {
+			r.stored()
+			if mt := r.deps.Metrics; mt != nil {
+				mt.BatchRows.Observe(float64(b.Len()))
+			}
+			return nil
+		}
+		r.lastErr.Store(&err)
+		span.RecordError(err)
+		if mt := r.deps.Metrics; mt != nil {
+			mt.InsertErrors.Inc()
+		}
+		if IsPermanent(err) {
+			return fmt.Errorf("store batch: %w", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
+		}
+		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", b.Len()).Msg("sink rejected batch; retrying")
+		if !r.pause(ctx, &backoff) {
+			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+// pause waits out one retry backoff and doubles it (up to MaxBackoff); it
+// reports false when ctx ended first.
+func (r *Runner) pause(ctx context.Context, backoff *time.Duration) bool {
+	timer := time.NewTimer(*backoff)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	}
+	*backoff = min(2**backoff, r.cfg.MaxBackoff)
+	return true
+}
+
+// stored marks the sink healthy.
+func (r *Runner) stored() {
+	r.failingSince.Store(0)
+	r.lastErr.Store(nil)
+}
+
+// dropBatch empties the open batch and the offsets it covers; the jobs
+// whose summaries a deferred batch did not carry stay dirty.
+func (r *Runner) dropBatch() {
+	r.batch.Reset()
+	if r.deferred {
+		for _, j := range r.carried {
+			delete(r.dirty, j)
+		}
+	} else {
+		clear(r.dirty)
+	}
+	r.deferred, r.carried = false, r.carried[:0]
+	clear(r.telDirty)
+	r.foldedJob = ""
+	clear(r.offsets)
+	r.jobs.Store(int64(r.asm.Len()))
+	if mt := r.deps.Metrics; mt != nil {
+		mt.JobsHeld.Set(float64(r.asm.Len()))
+		mt.BatchPending.Set(0)
+	}
+}
