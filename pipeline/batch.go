@@ -48,13 +48,20 @@ type Offset struct {
 // version (see CommSummary.Version) so that storage keeps the latest state
 // per key however often a summary is written.
 type Batch struct {
-	Events      []EventRow
-	Comms       []CommSummary
-	Jobs        []JobSummary
-	DeadLetters []DeadLetter
-	Alerts      []Alert        // alert state changes (rules engine)
-	Steps       []TrainingStep // training progress lines (telemetry)
-	TestRuns    []NCCLTestRun  // nccl-tests results (telemetry)
+	Events []EventRow
+	Comms  []CommSummary
+	// Unattributed are, per job, the processes no communicator line
+	// claimed (CommID Unattributed). The rules stage sees them as one
+	// more communicator; sinks do not store them: they are not a
+	// communicator, and whether a flush finds a process before the line
+	// that names its communicator would make their rows depend on batch
+	// boundaries. The job's summary carries their facts.
+	Unattributed []CommSummary
+	Jobs         []JobSummary
+	DeadLetters  []DeadLetter
+	Alerts       []Alert        // alert state changes (rules engine)
+	Steps        []TrainingStep // training progress lines (telemetry)
+	TestRuns     []NCCLTestRun  // nccl-tests results (telemetry)
 	// Checkpoints are checkpoint save and load events (telemetry); an
 	// event may appear more than once as its lines arrive, the latest
 	// copy last.
@@ -102,6 +109,18 @@ type Activity struct {
 	Time time.Time
 }
 
+// addComms appends a job's communicator summaries to Comms, and the
+// summary of its unattributed processes to Unattributed.
+func (b *Batch) addComms(comms []CommSummary) {
+	for i := range comms {
+		if comms[i].CommID == Unattributed {
+			b.Unattributed = append(b.Unattributed, comms[i])
+		} else {
+			b.Comms = append(b.Comms, comms[i])
+		}
+	}
+}
+
 // Len returns the number of rows in the batch.
 func (b *Batch) Len() int {
 	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns) + len(b.Checkpoints)
@@ -110,6 +129,7 @@ func (b *Batch) Len() int {
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
+	b.Unattributed = b.Unattributed[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
 	b.Nodes, b.Telemetry, b.Activity, b.Evicted, b.Released = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0], b.Released[:0]
 	b.Bytes = 0

@@ -83,7 +83,8 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
-	r.batch.Comms, r.batch.Jobs, r.batch.Nodes, r.batch.Telemetry = r.batch.Comms[:0], r.batch.Jobs[:0], r.batch.Nodes[:0], r.batch.Telemetry[:0]
+	r.batch.Comms, r.batch.Unattributed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unattributed[:0], r.batch.Jobs[:0]
+	r.batch.Nodes, r.batch.Telemetry = r.batch.Nodes[:0], r.batch.Telemetry[:0]
 	for _, j := range jobs {
 		if inv := r.deps.Inventory; inv != nil {
 			e := inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
@@ -94,7 +95,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			continue
 		}
 		r.shown[j] = r.asm.Created(j)
-		r.batch.Comms = append(r.batch.Comms, comms...)
+		r.batch.addComms(comms)
 		r.batch.Jobs = append(r.batch.Jobs, sum)
 		if r.deps.Observe {
 			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
@@ -104,7 +105,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	// summaries, or the lines since their last summary would never be
 	// summarized while the commit covers them.
 	comms, sums := r.asm.Pushed()
-	r.batch.Comms = append(r.batch.Comms, comms...)
+	r.batch.addComms(comms)
 	r.batch.Jobs = append(r.batch.Jobs, sums...)
 	if r.deps.Observe {
 		for _, j := range jobs {

@@ -79,6 +79,10 @@ type Evidence struct {
 	Detail string `json:"detail"`
 }
 
+// Unattributed is the CommID of the summary of a job's processes that no
+// communicator line claimed (see Batch.Unattributed).
+const Unattributed = "unattributed"
+
 // CommSummary is what ncclwatch knows about one communicator (or, for logs
 // that print no communicator lines, about the processes it cannot attribute
 // to one). Pointer fields are null when the log holds no evidence.

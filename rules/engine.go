@@ -314,9 +314,11 @@ func (e *Engine) ObserveBatch(b *pipeline.Batch) {
 	}
 	if len(b.Jobs) > 0 {
 		byJob := map[string][]pipeline.CommSummary{}
-		for _, c := range b.Comms {
-			k := pipeline.JobKey(c.Cluster, c.Namespace, c.Job)
-			byJob[k] = append(byJob[k], c)
+		for _, cs := range [][]pipeline.CommSummary{b.Comms, b.Unattributed} {
+			for _, c := range cs {
+				k := pipeline.JobKey(c.Cluster, c.Namespace, c.Job)
+				byJob[k] = append(byJob[k], c)
+			}
 		}
 		nodes := map[string][]string{}
 		for _, n := range b.Nodes {

@@ -98,7 +98,8 @@ func tableRows(t *testing.T, ch *sinks.ClickHouse, db, table string) []string {
 // deliveryInput is a stream that writes a row into every table: NCCL init
 // of a healthy and a socket-fallback job (events, summaries, an alert of the
 // built-in rules), a Megatron run (training steps), an nccl-tests table
-// (test results) and poison records (dead letters).
+// (test results), an EFA job with a named communicator and poison records
+// (dead letters).
 func deliveryInput(t *testing.T, topic string, now time.Time) []pipeline.Message {
 	t.Helper()
 	type file struct {
@@ -112,6 +113,9 @@ func deliveryInput(t *testing.T, topic string, now time.Time) []pipeline.Message
 		{corpus + "083_bracket_timestamp_doublespaced_k8s_ib_gdrdma_2node_16rank.log", "crash-ib", 0},
 		{"../../testdata/telemetry/026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log", "crash-megatron", 0},
 		{corpus + "022_socket_fallback_cudawrap_warn_gcp_nccl2.18.3.log", "crash-sock", 0},
+		// Banners and plugin lines before the lines that name the
+		// communicator: processes unattributed for a while.
+		{corpus + "080_efa_ofi_libfabric_no_gdr_g7e_2node_nccl2.29.2.log", "crash-efa", 0},
 		{"../../testdata/telemetry/017_nccltests_allreduce_a100_oci_roce_2node_16rank_single_10GiB_row.log", "crash-tests", 15},
 	}
 	var msgs []pipeline.Message
@@ -429,4 +433,44 @@ func TestIntegrationFatalStops(t *testing.T) {
 		}
 		t.Logf("stopped %v after the second replay: %v", took.Round(time.Millisecond), err)
 	})
+}
+
+// TestIntegrationDeterministic consumes the same input twice without
+// faults, flushing at different record counts and so at different batch
+// boundaries and flush times, and requires every table to be identical,
+// row for row: a folded row (training steps, communicator summaries) is a
+// function of the input, not of when batches end. The input has NCCL
+// lines outside any communicator for good (logs without commId lines) and
+// for a while (the EFA job's banners before its communicator's lines).
+func TestIntegrationDeterministic(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var envs []*itEnv
+	var msgs []pipeline.Message
+	for i, split := range []int{0, 13} {
+		e := newITEnv(t, brokers, chAddr, 1)
+		if i > 0 {
+			e.topic = envs[0].topic // the same coordinates
+		}
+		if _, err := e.ch.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate() = %v", err)
+		}
+		if msgs == nil {
+			msgs = deliveryInput(t, e.topic, t0)
+		}
+		if split == 0 {
+			split = len(msgs) / 3
+		}
+		if _, err := deliveryLife(t, e, e.ch, msgs, 0, split, t0); err != nil {
+			t.Fatalf("run flushing every %d records: %v", split, err)
+		}
+		envs = append(envs, e)
+	}
+	for _, table := range storedTables {
+		want := tableRows(t, envs[0].ch, envs[0].db, table)
+		got := tableRows(t, envs[1].ch, envs[1].db, table)
+		if d := diffRows(got, want); d != "" {
+			t.Errorf("%s flushed every 13 records: %d rows, every %d: %d rows:\n%s", table, len(got), len(msgs)/3, len(want), d)
+		}
+	}
 }

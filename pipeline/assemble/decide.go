@@ -139,7 +139,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		NCCLVersions: []string{}, HCAs: []pipeline.HCA{}, Hosts: []string{}, Intra: []string{},
 		RDMAFailure: []string{}, Warnings: []string{}, Reasons: []string{}}
 	if id == "" {
-		s.CommID = "unattributed"
+		s.CommID = pipeline.Unattributed
 	}
 	var d decision
 	v := view{procs: procs}
