@@ -341,7 +341,7 @@ func TestIntegrationCluster(t *testing.T) {
 			// Sorted here: 18.16 fails a Distributed read with FINAL
 			// ordered by the sorting key without the version column
 			// ("Cannot find column version in source stream", code 8),
-			// which commKeys' ORDER BY is.
+			// which an ORDER BY cluster, namespace, job, comm_id is.
 			kq := "SELECT concat(cluster, '/', namespace, '/', job, '/', comm_id) FROM %s.comm_summaries FINAL"
 			want, got = queryStrings(t, control.ch, fmt.Sprintf(kq, control.db)), queryStrings(t, scaled.ch, fmt.Sprintf(kq, scaled.db))
 			slices.Sort(want)
