@@ -62,6 +62,10 @@ type Batch struct {
 	Alerts       []Alert        // alert state changes (rules engine)
 	Steps        []TrainingStep // training progress lines (telemetry)
 	TestRuns     []NCCLTestRun  // nccl-tests results (telemetry)
+	// Sealed are the snapshots of the fold windows whose commit this
+	// batch lets pass their open rows (TelemetryAssembler.Seal): stored
+	// with the batch, read back by the next reader of the partition.
+	Sealed []FoldSnapshot
 	// Checkpoints are checkpoint save and load events (telemetry); an
 	// event may appear more than once as its lines arrive, the latest
 	// copy last.
@@ -123,13 +127,14 @@ func (b *Batch) addComms(comms []CommSummary) {
 
 // Len returns the number of rows in the batch.
 func (b *Batch) Len() int {
-	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns) + len(b.Checkpoints)
+	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns) + len(b.Checkpoints) +
+		len(b.Sealed)
 }
 
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
-	b.Unattributed = b.Unattributed[:0]
+	b.Unattributed, b.Sealed = b.Unattributed[:0], b.Sealed[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
 	b.Nodes, b.Telemetry, b.Activity, b.Evicted, b.Released = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0], b.Released[:0]
 	b.Bytes = 0

@@ -75,6 +75,17 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 }
 
 func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
+	if err := r.rebuildEvents(ctx, parts); err != nil {
+		return err
+	}
+	// After the events: a restored nccl-tests run stays its job's
+	// current one.
+	return r.restoreFolds(ctx, parts)
+}
+
+// rebuildEvents feeds the stored events of the assigned partitions below
+// their commits to the assemblers.
+func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 	if r.deps.Loader == nil || len(parts) == 0 {
 		return nil
 	}
@@ -129,6 +140,36 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 		mt.JobsHeld.Set(float64(r.asm.Len()))
 	}
 	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.asm.Len()).Msg("state rebuilt from stored events")
+	return nil
+}
+
+// restoreFolds reopens the fold windows whose snapshot was stored with
+// the committed offset of an assigned partition: a commit inside a window
+// that passed open rows was made with one (Seal).
+func (r *Runner) restoreFolds(ctx context.Context, parts []Partition) error {
+	if r.deps.Folds == nil {
+		return nil
+	}
+	for _, p := range parts {
+		if p.Committed <= 0 {
+			continue
+		}
+		state, ok, err := r.deps.Folds.LoadFold(ctx, p.Topic, p.Partition, p.Committed)
+		if err != nil {
+			return fmt.Errorf("rebuild fold window of %s/%d: %w", p.Topic, p.Partition, err)
+		}
+		if !ok {
+			continue
+		}
+		if err := r.tel.Restore(p.Topic, p.Partition, p.Committed, state); err != nil {
+			// A snapshot this build cannot read: the window's later
+			// lines open rows of their own, as before snapshots.
+			r.log.Warn().Err(err).Msg("fold window not restored")
+			if mt := r.deps.Metrics; mt != nil {
+				mt.RebuildErrors.Inc()
+			}
+		}
+	}
 	return nil
 }
 

@@ -236,6 +236,9 @@ type RunnerDeps struct {
 	Sink      Consumer
 	Committer Committer
 	Loader    EventLoader
+	// Folds reads back the fold windows' snapshots (FoldSnapshot) at an
+	// assignment; nil restores none.
+	Folds     FoldLoader
 	Inventory *Inventory
 	Metrics   *Metrics
 	Logger    zerolog.Logger

@@ -136,13 +136,28 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			c = h
 		}
 		// Not past the first line of an open training_steps row: a replay
-		// from the commit must fold the same lines into it.
+		// from the commit must fold the same lines into it. A partition
+		// read to its end and quiet commits past its open rows with their
+		// snapshot instead (Seal): whoever reads on from the commit
+		// restores them, so a step's later lines count in the same row
+		// whatever the timing or the member.
 		ps.foldHeld, ps.staged, ps.stored = false, 0, 0
 		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
-			if r.quiet(ps, now) {
-				r.tel.CloseFolds(k.topic, k.part)
-			} else if h < c {
-				c, ps.foldHeld, ps.staged = h, true, c
+			quiet := r.quiet(ps, now)
+			switch {
+			case quiet && c == next:
+				snap, ok, err := r.tel.Seal(k.topic, k.part, next)
+				if err != nil {
+					r.log.Error().Err(err).Msg("fold window not sealed; the commit waits for the window's end")
+					c = min(c, h)
+				} else if ok {
+					r.batch.Sealed = append(r.batch.Sealed, snap)
+				}
+			case h < c:
+				if !quiet {
+					ps.foldHeld, ps.staged = true, c
+				}
+				c = h
 			}
 		}
 		ps.held = c < next

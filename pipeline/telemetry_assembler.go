@@ -302,7 +302,8 @@ func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
 
 // Hold returns the offset below which a partition's offsets may be
 // committed, false when nothing holds them: the first line of its open
-// fold window's rows, and the first line of an nccl-tests run begun in
+// fold window's rows (or, once the window was sealed, the offset it was
+// sealed at: a replay from there restores the rows), and the first line of an nccl-tests run begun in
 // the partition that may still get rows (not closed, begun fewer than
 // FoldRecords offsets before next), so that a replay reads the run's
 // header again. next is the partition's next offset: a window is complete
@@ -314,6 +315,8 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 		if next/a.cfg.FoldRecords != pf.window {
 			delete(a.folds, pk)
 			a.lastFold = nil
+		} else if pf.sealed >= 0 {
+			hold, ok = pf.sealed, true
 		} else if pf.first >= 0 {
 			hold, ok = pf.first, true
 		}
@@ -335,17 +338,6 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 		a.open[pk] = runs
 	}
 	return hold, ok
-}
-
-// CloseFolds ends a partition's open window early: its rows are complete
-// as they are, and the lines that follow start new rows; its open
-// nccl-tests runs no longer hold its offsets. The runner calls
-// it only when it has read everything the partition holds and nothing new
-// came for a while, the one point where folding depends on timing.
-func (a *TelemetryAssembler) CloseFolds(topic string, part int32) {
-	delete(a.folds, partKey{topic, part})
-	delete(a.open, partKey{topic, part})
-	a.lastFold = nil
 }
 
 // Canary reports whether the job is a fabric canary (its pods carry the

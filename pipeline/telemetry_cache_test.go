@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -76,8 +77,11 @@ func TestTelemetryFoldCachesSameAsMaps(t *testing.T) {
 				t.Fatalf("line %d: Hold = %d %v with the caches; %d %v without", i, hc, okc, hp, okp)
 			}
 		case r < 9:
-			cached.CloseFolds("logs", part)
-			plain.CloseFolds("logs", part)
+			sc, okc, errc := cached.Seal("logs", part, next[part])
+			sp, okp, errp := plain.Seal("logs", part, next[part])
+			if errc != nil || errp != nil || okc != okp || !bytes.Equal(sc.State, sp.State) {
+				t.Fatalf("line %d: Seal = %v %v with the caches; %v %v without", i, okc, errc, okp, errp)
+			}
 		case r < 10:
 			cached.Evict(job)
 			plain.Evict(job)

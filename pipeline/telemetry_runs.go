@@ -116,6 +116,14 @@ func (j *telJob) current() *testRun {
 }
 
 func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
+	r := &testRun{id: coords(src), first: src.Offset, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
+		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
+	j.pushRun(r, cfg)
+	return r
+}
+
+// pushRun makes r the job's current run, closing the previous one.
+func (j *telJob) pushRun(r *testRun, cfg TelemetryAssemblerConfig) {
 	if cur := j.current(); cur != nil {
 		cur.closed = true
 	}
@@ -123,10 +131,7 @@ func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
 		j.runs = slices.Delete(j.runs, 0, 1)
 		j.dropped++
 	}
-	r := &testRun{id: coords(src), first: src.Offset, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
-		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
 	j.runs = append(j.runs, r)
-	return r
 }
 
 func coords(s Source) string {

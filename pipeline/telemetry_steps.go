@@ -11,7 +11,11 @@ import (
 type partFold struct {
 	window int64
 	rows   map[foldKey]*openRow
-	first  int64               // the lowest offset of a row's first line; rows is empty when -1
+	first  int64 // the lowest offset of a row's first line; rows is empty when -1
+	// sealed is the offset at which the commit passed the window's open
+	// rows (TelemetryAssembler.Seal), -1 when it did not: from then on
+	// the window holds the commit there, not at first.
+	sealed int64
 	last   map[seriesKey]int64 // step of the window's latest step line of each series
 	// The series of the window's last step line and its step, not yet in
 	// last: the lines of a partition mostly continue one series, so the
@@ -43,7 +47,7 @@ func (pf *partFold) reset(w int64) {
 	}
 	clear(rows)
 	clear(last)
-	*pf = partFold{window: w, rows: rows, first: -1, last: last, slab: slab}
+	*pf = partFold{window: w, rows: rows, first: -1, sealed: -1, last: last, slab: slab}
 }
 
 // newRow returns an unused open row of the window's slab.

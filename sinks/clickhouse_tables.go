@@ -59,13 +59,15 @@ func (t *table) token(b *pipeline.Batch) string {
 }
 
 // allTables lists every table Consume writes: the core ones here, then
-// those of sinks/alerts.go, sinks/telemetry.go and sinks/checkpoint.go.
+// those of sinks/alerts.go, sinks/telemetry.go, sinks/checkpoint.go and
+// sinks/folds.go (last: a snapshot goes with the batch's commit).
 func allTables() []table {
-	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables))
+	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables)+len(foldTables))
 	out = append(out, tables...)
 	out = append(out, alertTables...)
 	out = append(out, telemetryTables...)
-	return append(out, checkpointTables...)
+	out = append(out, checkpointTables...)
+	return append(out, foldTables...)
 }
 
 var tables = []table{

@@ -169,9 +169,10 @@ var localRef = regexp.MustCompile(`\{db\}\.(\w+)`)
 // shardingKey is the Distributed sharding expression of a table: a hash
 // of the job (cluster, namespace, job), so that one job's rows, and every
 // replay of them, live on one shard and its summaries fold there into one
-// row per job; dead letters, which have no job, by their Kafka partition.
+// row per job; dead letters and fold snapshots, which have no job, by their
+// Kafka partition.
 func shardingKey(table string) string {
-	if table == "dead_letters" {
+	if table == "dead_letters" || table == "fold_snapshots" {
 		return "cityHash64(topic, `partition`)"
 	}
 	return "cityHash64(cluster, namespace, job)"
@@ -217,12 +218,13 @@ func migrations(f features) []migration {
 	out := coreMigrations(f)
 	out = append(out, alertMigrations(f)...)
 	out = append(out, telemetryMigrations(f)...)
-	return append(out, checkpointMigrations(f)...)
+	out = append(out, checkpointMigrations(f)...)
+	return append(out, foldMigrations(f)...)
 }
 
 // coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
 // telemetry 20–39 (sinks/telemetry.go), checkpoints 40–49
-// (sinks/checkpoint.go).
+// (sinks/checkpoint.go), fold snapshots 50–59 (sinks/folds.go).
 func coreMigrations(f features) []migration {
 	t := f.ddl()
 	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings

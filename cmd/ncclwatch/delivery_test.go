@@ -219,7 +219,7 @@ func deliveryLife(t *testing.T, e *itEnv, sink pipeline.Consumer, msgs []pipelin
 	r := pipeline.NewRunner(cfg, pipeline.RunnerDeps{NewAssembler: assemble.Factory,
 		NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }, Classifier: parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig())),
 		Candidate: parsers.Prefilter(true), Observe: true,
-		Sink: stage, Committer: com, Loader: e.ch, Logger: zerolog.Nop(), Now: clock,
+		Sink: stage, Committer: com, Loader: e.ch, Folds: e.ch, Logger: zerolog.Nop(), Now: clock,
 	})
 	if err := r.Assigned(ctx, []pipeline.Partition{{Topic: e.topic, Partition: 0, Committed: committed}}); err != nil {
 		t.Fatalf("Assigned: %v", err)
@@ -472,5 +472,59 @@ func TestIntegrationDeterministic(t *testing.T) {
 		if d := diffRows(got, want); d != "" {
 			t.Errorf("%s flushed every 13 records: %d rows, every %d: %d rows:\n%s", table, len(got), len(msgs)/3, len(want), d)
 		}
+	}
+}
+
+// TestIntegrationHandOverWhenQuiet: a member reads the stream up to a
+// point where its partition is at its end, stays quiet for fold_idle and
+// commits past the open training_steps rows with their fold snapshot; a
+// second member goes on from the commit. Every table ends equal to one
+// member's reading the whole stream, at every cut tried.
+func TestIntegrationHandOverWhenQuiet(t *testing.T) {
+	brokers, chAddr := itServers(t)
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	control := newITEnv(t, brokers, chAddr, 1)
+	if _, err := control.ch.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate() = %v", err)
+	}
+	msgs := deliveryInput(t, control.topic, t0)
+	split := len(msgs) / 3
+	if _, err := deliveryLife(t, control, control.ch, msgs, 0, split, t0); err != nil {
+		t.Fatalf("one member: %v", err)
+	}
+	sealed := 0
+	for _, cut := range []int{len(msgs) / 7, len(msgs) / 3, len(msgs) / 2, 2 * len(msgs) / 3, len(msgs) - 5} {
+		e := newITEnv(t, brokers, chAddr, 1)
+		e.topic = control.topic
+		if _, err := e.ch.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate() = %v", err)
+		}
+		// The first member reads msgs[:cut], all the partition holds when
+		// it reads it, and flushes once a minute later: quiet.
+		first := slices.Clone(msgs[:cut])
+		for i := range first {
+			first[i].HighWaterMark = int64(cut)
+		}
+		committed, err := deliveryLife(t, e, e.ch, first, 0, cut, t0)
+		if err != nil {
+			t.Fatalf("first member: %v", err)
+		}
+		if committed != int64(cut) {
+			t.Fatalf("cut %d: the quiet partition committed %d; want its end", cut, committed)
+		}
+		sealed += len(queryStrings(t, e.ch, "SELECT toString(`offset`) FROM "+e.db+".fold_snapshots"))
+		if _, err := deliveryLife(t, e, e.ch, msgs, committed, split, t0); err != nil {
+			t.Fatalf("second member: %v", err)
+		}
+		for _, table := range storedTables {
+			want := tableRows(t, control.ch, control.db, table)
+			got := tableRows(t, e.ch, e.db, table)
+			if d := diffRows(got, want); d != "" {
+				t.Errorf("handed over after %d records: %s has %d rows, one member %d:\n%s", cut, table, len(got), len(want), d)
+			}
+		}
+	}
+	if sealed == 0 {
+		t.Fatal("no cut stored a fold snapshot: the test does not exercise the hand-over")
 	}
 }

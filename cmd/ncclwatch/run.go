@@ -272,6 +272,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 
 	var sink pipeline.Consumer = hooks.sink
 	var loader pipeline.EventLoader
+	var folds pipeline.FoldLoader
 	var jobsDB jobReader     // the read API's stored verdicts (api.go)
 	var alertsDB interface { // the alert states a previous process stored
 		LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error)
@@ -288,7 +289,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
 			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
 		}
-		sink, loader, jobsDB, alertsDB = ch, ch, ch, ch
+		sink, loader, folds, jobsDB, alertsDB = ch, ch, ch, ch, ch
 	}
 
 	var inv *pipeline.Inventory
@@ -367,7 +368,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		NewDecoder: newDecoder, Classifier: newLines(), NewClassifier: newLines,
 		Candidate: recordPrefilter(cfg.Decoder.NoTelemetry),
 		Observe:   stage != nil,
-		Sink:      sink, Committer: src, Loader: loader, Inventory: inv, Metrics: metrics,
+		Sink:      sink, Committer: src, Loader: loader, Folds: folds, Inventory: inv, Metrics: metrics,
 		Logger: log, Tracer: tracer,
 	}
 	runner := pipeline.NewRunner(cfg.Pipeline, deps)

@@ -1,0 +1,180 @@
+package pipeline
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/gob"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+)
+
+// FoldSnapshot is a partition's open fold window as it stood when its
+// commit passed the window's open rows (Runner: the partition was read to
+// its end and quiet for fold_idle). It is stored with the batch whose
+// commit is At, so that whoever reads the partition next from At (this
+// process, a restarted one or another member of the group) goes on
+// counting the same rows instead of opening new ones: folded rows stay a
+// function of the input, whatever the timing and the member.
+type FoldSnapshot struct {
+	Topic     string
+	Partition int32
+	At        int64  // the offset committed with the snapshot
+	State     []byte // the window's rows and series (gob, see foldState)
+}
+
+// FoldLoader reads back the snapshot stored with a committed offset; the
+// ClickHouse sink implements it. ok is false when none was stored: the
+// commit did not pass an open window.
+type FoldLoader interface {
+	LoadFold(ctx context.Context, topic string, partition int32, at int64) (state []byte, ok bool, err error)
+}
+
+// foldState is what a FoldSnapshot holds: the open rows with their keys,
+// the step of each series' latest step line (for amend lines) and the
+// nccl-tests runs begun in the partition and still open (their rows carry
+// the run's header facts).
+type foldState struct {
+	Window int64
+	Rows   []sealedRow
+	Last   []sealedLast
+	Runs   []sealedRun
+}
+
+// sealedRun is a testRun with its job, in fields gob can write.
+type sealedRun struct {
+	Job                                string
+	ID                                 string
+	First                              int64
+	Collective, Version, GPU, Format   string
+	HdrMin, HdrMax, MinBytes, MaxBytes int64
+	Ranks, Rows                        int
+	Hosts                              []string
+	Header, Devices, Closed            bool
+	MaxOOP, MaxIP, Wrong, Avg          float64
+}
+
+func sealRun(job string, r *testRun) sealedRun {
+	return sealedRun{Job: job, ID: r.id, First: r.first, Collective: r.collective, Version: r.version, GPU: r.gpu,
+		Format: r.format, HdrMin: r.hdrMin, HdrMax: r.hdrMax, MinBytes: r.minBytes, MaxBytes: r.maxBytes,
+		Ranks: r.ranks, Rows: r.rows, Hosts: r.hosts, Header: r.header, Devices: r.devices, Closed: r.closed,
+		MaxOOP: r.maxOOP, MaxIP: r.maxIP, Wrong: r.wrong, Avg: r.avg}
+}
+
+func (s *sealedRun) run() *testRun {
+	return &testRun{id: s.ID, first: s.First, collective: s.Collective, version: s.Version, gpu: s.GPU,
+		format: s.Format, hdrMin: s.HdrMin, hdrMax: s.HdrMax, minBytes: s.MinBytes, maxBytes: s.MaxBytes,
+		ranks: s.Ranks, rows: s.Rows, hosts: s.Hosts, header: s.Header, devices: s.Devices, closed: s.Closed,
+		maxOOP: s.MaxOOP, maxIP: s.MaxIP, wrong: s.Wrong, avg: s.Avg}
+}
+
+type sealedRow struct {
+	Job, Framework string // the fold key: job key and framework
+	Kind           TelemetryKind
+	Step           int64
+	Row            TrainingStep
+}
+
+type sealedLast struct {
+	Job, Framework string
+	Step           int64
+}
+
+// Seal lets the commit of a partition pass its open window and its open
+// nccl-tests runs at next: the window stays open (later lines of it still
+// count in its rows), Hold returns next from now on, and the runs no
+// longer hold the partition's offsets. It returns their snapshot, false
+// when neither a row nor a run is open.
+func (a *TelemetryAssembler) Seal(topic string, part int32, next int64) (FoldSnapshot, bool, error) {
+	pk := partKey{topic, part}
+	st := foldState{Window: next / a.cfg.FoldRecords}
+	if open := a.open[pk]; len(open) > 0 {
+		for _, key := range slices.Sorted(maps.Keys(a.jobs)) {
+			for _, r := range a.jobs[key].runs {
+				if !r.closed && slices.Contains(open, r) {
+					st.Runs = append(st.Runs, sealRun(key, r))
+				}
+			}
+		}
+		delete(a.open, pk)
+	}
+	pf := a.folds[pk]
+	if pf != nil && (pf.first < 0 || pf.window != st.Window) {
+		pf = nil
+	}
+	if pf == nil && len(st.Runs) == 0 {
+		return FoldSnapshot{}, false, nil
+	}
+	if pf == nil {
+		pf = &partFold{}
+		pf.reset(st.Window)
+		a.folds[pk] = pf
+		a.lastFold = nil
+	}
+	for k, o := range pf.rows {
+		st.Rows = append(st.Rows, sealedRow{Job: k.job, Framework: k.framework, Kind: k.kind, Step: k.step, Row: o.row})
+	}
+	slices.SortFunc(st.Rows, func(x, y sealedRow) int {
+		return cmp.Or(cmp.Compare(x.Row.Source.Offset, y.Row.Source.Offset), cmp.Compare(x.Row.Source.Line, y.Row.Source.Line))
+	})
+	for s, step := range pf.last {
+		if !pf.curSet || s != pf.cur {
+			st.Last = append(st.Last, sealedLast{Job: s.job, Framework: s.framework, Step: step})
+		}
+	}
+	if pf.curSet {
+		st.Last = append(st.Last, sealedLast{Job: pf.cur.job, Framework: pf.cur.framework, Step: pf.curStep})
+	}
+	slices.SortFunc(st.Last, func(x, y sealedLast) int {
+		return cmp.Or(cmp.Compare(x.Job, y.Job), cmp.Compare(x.Framework, y.Framework))
+	})
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(&st); err != nil {
+		return FoldSnapshot{}, false, fmt.Errorf("seal fold window: %w", err)
+	}
+	pf.sealed = next
+	return FoldSnapshot{Topic: topic, Partition: part, At: next, State: buf.Bytes()}, true, nil
+}
+
+// Restore opens a partition's window as a snapshot sealed at at left it,
+// before the partition is read again from at. A snapshot of another
+// window than at's is an error.
+func (a *TelemetryAssembler) Restore(topic string, part int32, at int64, state []byte) error {
+	var st foldState
+	if err := gob.NewDecoder(bytes.NewReader(state)).Decode(&st); err != nil {
+		return fmt.Errorf("restore fold window of %s/%d at %d: %w", topic, part, at, err)
+	}
+	if st.Window != at/a.cfg.FoldRecords {
+		return fmt.Errorf("restore fold window of %s/%d at %d: snapshot of window %d, want %d", topic, part, at, st.Window, at/a.cfg.FoldRecords)
+	}
+	pk := partKey{topic, part}
+	pf := a.folds[pk]
+	if pf == nil {
+		pf = &partFold{}
+		a.folds[pk] = pf
+	}
+	pf.reset(st.Window)
+	a.lastFold = nil
+	for _, r := range st.Rows {
+		o := pf.newRow()
+		// Not in any batch: the first line counted after the restore
+		// appends it.
+		o.row, o.idx = r.Row, math.MaxInt
+		pf.setRow(foldKey{job: r.Job, framework: r.Framework, kind: r.Kind, step: r.Step}, o)
+		if pf.first < 0 || r.Row.Source.Offset < pf.first {
+			pf.first = r.Row.Source.Offset
+		}
+	}
+	for _, l := range st.Last {
+		pf.last[seriesKey{l.Job, l.Framework}] = l.Step
+	}
+	pf.sealed = at
+	// The open runs continue as their jobs' current runs; they hold no
+	// offsets (the window's seal does).
+	for i := range st.Runs {
+		a.job(st.Runs[i].Job).pushRun(st.Runs[i].run(), a.cfg)
+	}
+	return nil
+}
