@@ -41,6 +41,14 @@ var foldTables = []table{
 // foldMigrations are migrations 50–59.
 func foldMigrations(f features) []migration {
 	settings := f.ddl().settings
+	// Only the snapshot at a partition's committed offset is ever read,
+	// and only until the partition reads on past its window; 30 days
+	// covers a partition left idle for weeks. Servers before 19.6 keep
+	// them (monthly partitions, dropped by hand).
+	ttl := ""
+	if f.TTL {
+		ttl = "\nTTL inserted_at + INTERVAL 30 DAY"
+	}
 	return []migration{
 		// One row per commit that passed an open fold window. offset is
 		// the committed offset the snapshot goes with.
@@ -54,7 +62,7 @@ func foldMigrations(f features) []migration {
 )
 ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(inserted_at)
-ORDER BY (topic, ` + "`partition`, `offset`" + `)` + settings}},
+ORDER BY (topic, ` + "`partition`, `offset`" + `)` + ttl + settings}},
 	}
 }
 
