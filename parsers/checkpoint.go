@@ -18,8 +18,10 @@ const maxCheckpointPath = 4096
 // Checkpoint parses checkpoint save and load lines of Megatron-LM (and
 // Megatron-DeepSpeed, NeMo 2 / Megatron-Bridge, which print Megatron's
 // lines), DeepSpeed's checkpoint engines, the Hugging Face Trainer,
-// PyTorch Lightning and torchtitan (which writes PyTorch Distributed
-// Checkpoints). It keeps no state: events are assembled by
+// PyTorch Lightning, torchtitan (which writes PyTorch Distributed
+// Checkpoints), NeMo 2, torchtune, TensorFlow's Estimator, Flax and Orbax.
+// Which kind of line each form is (start, end, single, file, figure)
+// follows docs/checkpoints.md. It keeps no state: events are assembled by
 // pipeline.TelemetryAssembler. The zero value is ready; it is safe to reuse
 // and not safe for concurrent use.
 type Checkpoint struct{}
@@ -30,11 +32,14 @@ var (
 	tokCheckpointLower = []byte("checkpoint")
 	tokCheckpointUpper = []byte("Checkpoint")
 	tokSavingModelTo   = []byte("saving model to ")
+	// TensorFlow's Saver (212, 214): "Restoring parameters from
+	// ./model/model.ckpt-1000", a load whose line holds no "checkpoint".
+	tokRestoringParameters = []byte("Restoring parameters from ")
 )
 
 // CheckpointTokens are the prefilter's substrings for checkpoint lines
 // (TelemetryCandidate and the telemetry finder use them).
-var CheckpointTokens = [...][]byte{tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo}
+var CheckpointTokens = [...][]byte{tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo, tokRestoringParameters}
 
 // Parse reads one line whose launcher prefix, colours and trailing blanks
 // are removed (Telemetry.Parse does that and then calls it). It reports
@@ -58,6 +63,10 @@ func (c *Checkpoint) parse(b []byte, cl *pipeline.CheckpointLine, m uint64) bool
 	if !ok && m&(1<<markSavingModelTo) != 0 {
 		cl.Reset()
 		ok = parseLightningSave(b, cl)
+	}
+	if !ok && m&(1<<markRestoringParameters) != 0 {
+		cl.Reset()
+		ok = tfRestoring(b, cl)
 	}
 	if !ok || cl.Op == 0 || cl.Phase == 0 {
 		cl.Reset()
@@ -119,6 +128,25 @@ var lowerForms = [...]checkpointForm{
 	// torchtitan's async saver (103): "Received async checkpoint request
 	// with id=./outputs/checkpoint/step-800".
 	{[]byte("Received async checkpoint request with id="), titanAsyncID},
+	// NeMo 2 (210): "Successfully saved checkpoint from iteration       0
+	// to nemo_llama_nemotron_model", after its async finalisation.
+	{[]byte("Successfully saved checkpoint from iteration "), nemoSaved},
+	// torchtune (211): "Saving checkpoint. This may take some time.
+	// Retrieving full model state dict...", then "Saving checkpoint took
+	// 6.64 secs"; (211, 216, 217) "Model checkpoint of size 2.30 GiB saved
+	// to FILE", "Adapter …", "Recipe …" per file.
+	{[]byte("Saving checkpoint. This may take some time."), tuneSaving},
+	{[]byte("Saving checkpoint took "), tuneTook},
+	{[]byte(" checkpoint of size "), tuneFile},
+	// TensorFlow Estimator (212-215): "Saving checkpoints for 1001 into
+	// ./model/model.ckpt." (CheckpointSaverHook).
+	{[]byte("Saving checkpoints for "), tfSaving},
+	// Flax on absl logging (218): "… checkpoints.py:571] Saving checkpoint
+	// at step: 2000", printed by every host.
+	{[]byte("Saving checkpoint at step: "), flaxSaving},
+	// Orbax (218): "[process=0] [sync] Started save checkpoint @ PATH."
+	// (event_tracking.py), per process.
+	{[]byte("Started save checkpoint @ "), orbaxStarted},
 	// fairseq and metaseq (005): "Saved checkpoint /scratch/…/checkpoint_10-
 	// model_part-0-shard0.pt (epoch 1 @ 10 updates) (writing took
 	// 1.2194619262591004 seconds)", one line per save (checkpoint_utils.py);
@@ -183,7 +211,7 @@ func parseCheckpointLower(b []byte, cl *pipeline.CheckpointLine) bool {
 			}
 		}
 	}
-	return false
+	return orbaxFinished(b, cl)
 }
 
 // parseCheckpointForms is parseCheckpointLower searching the line once per
@@ -195,7 +223,7 @@ func parseCheckpointForms(b []byte, cl *pipeline.CheckpointLine) bool {
 		}
 		cl.Reset()
 	}
-	return false
+	return orbaxFinished(b, cl)
 }
 
 // parseCheckpointUpper reads DeepSpeed's checkpoint engine lines (102):
@@ -205,7 +233,7 @@ func parseCheckpointForms(b []byte, cl *pipeline.CheckpointLine) bool {
 func parseCheckpointUpper(b []byte, cl *pipeline.CheckpointLine) bool {
 	i := bytes.Index(b, []byte("] Checkpoint "))
 	if i < 0 {
-		return false
+		return nemoGlobal(b, cl)
 	}
 	rest := b[i+len("] Checkpoint "):]
 	tag, after := nextField(rest)
@@ -217,7 +245,8 @@ func parseCheckpointUpper(b []byte, cl *pipeline.CheckpointLine) bool {
 	default:
 		return false
 	}
-	cl.Framework, cl.Op = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave
+	// Every rank commits (201 prints "is ready now!" five times).
+	cl.Framework, cl.Op, cl.Repeated = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, true
 	// The default tag is "global_step<N>" (engine.py save_checkpoint).
 	if hasPrefix(tag, "global_step") {
 		cl.Step, _ = stepNumber(tag[len("global_step"):])
@@ -313,7 +342,10 @@ func cutParallelRanks(p []byte) []byte {
 // ("save-checkpoint ……: 1234.5") where a single rank reports. The slowest
 // rank's time is the job's: the others wait for it at the barrier.
 func megatronTimer(b []byte, i int, cl *pipeline.CheckpointLine) bool {
-	if len(trimBlank(b[:i])) > 0 && !bytes.HasSuffix(b[:i], []byte(" ")) {
+	// The name starts the line, follows a blank, or follows its header on
+	// the same line (207: "(min, max) time across ranks
+	// (ms):save-checkpoint …").
+	if len(trimBlank(b[:i])) > 0 && !bytes.HasSuffix(b[:i], []byte(" ")) && !bytes.HasSuffix(b[:i], []byte("(ms):")) {
 		return false
 	}
 	name := b[i : i+len("save-checkpoint")]
@@ -369,7 +401,7 @@ func deepSpeedPath(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	if len(p) == 0 {
 		return false
 	}
-	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointAmend, p
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointFile, p
 	return true
 }
 
@@ -505,6 +537,195 @@ func parseLightningSave(b []byte, cl *pipeline.CheckpointLine) bool {
 	cl.Framework, cl.Op, cl.Phase = pipeline.FrameworkLightning, pipeline.CheckpointSave, pipeline.CheckpointSingle
 	cl.Step, cl.Path = step, p[1:1+e]
 	return true
+}
+
+// nemoGlobal reads NeMo's one-line save (210): "Global Checkpoint Save :
+// Rank: 0 : Iteration: 0 : Start time: 1755612135.735s : Save duration:
+// 13.567s" (NeMo 1 prints no Iteration field).
+func nemoGlobal(b []byte, cl *pipeline.CheckpointLine) bool {
+	const marker = "Global Checkpoint Save : "
+	i := bytes.Index(b, []byte(marker))
+	if i < 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase = pipeline.FrameworkNeMo, pipeline.CheckpointSave, pipeline.CheckpointSingle
+	for rest := b[i+len(marker):]; len(rest) > 0; {
+		field, after, _ := bytes.Cut(rest, []byte(" : "))
+		rest = after
+		name, val, ok := bytes.Cut(field, []byte(": "))
+		if !ok {
+			continue
+		}
+		val = trimBlank(val)
+		switch string(name) {
+		case "Iteration":
+			cl.Step, _ = stepNumber(val)
+		case "Save duration":
+			if d, ok := parseNumber(bytes.TrimSuffix(val, []byte("s"))); ok && d >= 0 {
+				cl.Duration = d
+			}
+		}
+	}
+	return true
+}
+
+// nemoSaved reads NeMo's "Successfully saved checkpoint from iteration N
+// to PATH", the end of a save whose one-line start gave its duration.
+func nemoSaved(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	n, rest := nextField(b[i+len("Successfully saved checkpoint from iteration "):])
+	step, ok := stepNumber(n)
+	if !ok {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Step = pipeline.FrameworkNeMo, pipeline.CheckpointSave, pipeline.CheckpointEnd, step
+	if p, ok := afterWord(rest, "to"); ok {
+		cl.Path = p
+	}
+	return true
+}
+
+func tuneSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	cl.Framework, cl.Op, cl.Phase = pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointStart
+	return true
+}
+
+// tuneTook reads "Saving checkpoint took 6.64 secs".
+func tuneTook(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	n, rest := nextField(b[i+len("Saving checkpoint took "):])
+	d, ok := parseNumber(n)
+	if !ok || d < 0 || !hasPrefix(trimBlank(rest), "sec") {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Duration = pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointEnd, d
+	return true
+}
+
+// tuneFile reads "(Model|Adapter|Recipe) checkpoint of size X GB saved to
+// FILE": the save's path is the file's folder.
+func tuneFile(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	k := bytes.Index(b[i:], []byte(" saved to "))
+	if k < 0 {
+		return false
+	}
+	p := trimBlank(b[i+k+len(" saved to "):])
+	if j := bytes.LastIndexByte(p, '/'); j > 0 {
+		p = p[:j]
+	}
+	if len(p) == 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointFile, p
+	return true
+}
+
+// tfSaving reads "Saving checkpoints for N into PATH.".
+func tfSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	n, rest := nextField(b[i+len("Saving checkpoints for "):])
+	step, ok := stepNumber(n)
+	if !ok {
+		return false
+	}
+	p, ok := afterWord(rest, "into")
+	if !ok {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Step = pipeline.FrameworkTensorFlow, pipeline.CheckpointSave, pipeline.CheckpointSingle, step
+	cl.Path = bytes.TrimSuffix(p, []byte("."))
+	return true
+}
+
+// tfRestoring reads TensorFlow's "Restoring parameters from PATH": a load
+// of the checkpoint PATH (its step, "model.ckpt-1000", is not a save's).
+func tfRestoring(b []byte, cl *pipeline.CheckpointLine) bool {
+	i := bytes.Index(b, tokRestoringParameters)
+	p := firstField(b[i+len(tokRestoringParameters):])
+	if len(p) == 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkTensorFlow, pipeline.CheckpointLoad, pipeline.CheckpointSingle, p
+	cl.Step = stepSuffix(p, "ckpt-")
+	return true
+}
+
+// flaxSaving reads Flax's "checkpoints.py:NNN] Saving checkpoint at step:
+// N"; the file name keeps a script's own print of the words out.
+func flaxSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	if !bytes.Contains(b[:i], []byte("checkpoints.py:")) {
+		return false
+	}
+	step, ok := stepNumber(trimBlank(b[i+len("Saving checkpoint at step: "):]))
+	if !ok {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Step, cl.Repeated = pipeline.FrameworkFlax, pipeline.CheckpointSave, pipeline.CheckpointStart, step, true
+	return true
+}
+
+// orbaxStarted reads "[sync] Started save checkpoint @ PATH." (or
+// "[async] …").
+func orbaxStarted(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	p := bytes.TrimSuffix(trimBlank(b[i+len("Started save checkpoint @ "):]), []byte("."))
+	if len(p) == 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path, cl.Repeated = pipeline.FrameworkOrbax, pipeline.CheckpointSave, pipeline.CheckpointStart, p, true
+	cl.Step = orbaxStep(p)
+	return true
+}
+
+// orbaxFinished reads Orbax's "[sync] Finished blocking save in 1.55
+// seconds. Continuing save @ PATH." (a figure: the blocking part) and
+// "[sync] Finished save in 1.61 seconds @ PATH" (the end). Their marker
+// holds no "checkpoint"; a line reaches here only when its path does.
+func orbaxFinished(b []byte, cl *pipeline.CheckpointLine) bool {
+	i := bytes.Index(b, []byte("] Finished "))
+	if i < 0 {
+		return false
+	}
+	rest := b[i+len("] Finished "):]
+	phase := pipeline.CheckpointEnd
+	switch {
+	case hasPrefix(rest, "blocking save in "):
+		phase, rest = pipeline.CheckpointAmend, rest[len("blocking save in "):]
+	case hasPrefix(rest, "save in "):
+		rest = rest[len("save in "):]
+	default:
+		return false
+	}
+	n, rest := nextField(rest)
+	d, ok := parseNumber(n)
+	if !ok || d < 0 || !hasPrefix(trimBlank(rest), "seconds") {
+		return false
+	}
+	k := bytes.Index(rest, []byte("@ "))
+	if k < 0 {
+		return false
+	}
+	p := bytes.TrimSuffix(trimBlank(rest[k+2:]), []byte("."))
+	if len(p) == 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Duration, cl.Path, cl.Repeated = pipeline.FrameworkOrbax, pipeline.CheckpointSave, phase, d, p, true
+	cl.Step = orbaxStep(p)
+	return true
+}
+
+// orbaxStep reads the step an Orbax checkpoint folder is named after:
+// "…/checkpoint_2000" (Flax) or "…/100" (CheckpointManager).
+func orbaxStep(p []byte) int64 {
+	if n := stepSuffix(p, "checkpoint_"); n >= 0 {
+		return n
+	}
+	last := p[bytes.LastIndexByte(p, '/')+1:]
+	if n, ok := stepNumber(last); ok && len(last) > 0 && isDigit(last[len(last)-1]) {
+		for _, c := range last {
+			if !isDigit(c) {
+				return -1
+			}
+		}
+		return n
+	}
+	return -1
 }
 
 // afterWord returns what follows word (a blank-separated field) at the

@@ -106,11 +106,11 @@ var checkpointCases = []struct {
 	{"megatron loaded (format string)", " successfully loaded checkpoint from /lustre/ckpt [ t 1/4, p 1/2 ] at iteration 200",
 		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointLoad, pipeline.CheckpointEnd, 200, nan, "/lustre/ckpt"))},
 	{"deepspeed about to be saved (102)", "[2023-07-24 13:21:33,261] [INFO] [logging.py:96:log_dist] [Rank 0] [Torch] Checkpoint global_step10 is about to be saved!",
-		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointStart, 10, nan, ""))},
+		ptrLine(repeated(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointStart, 10, nan, "")))},
 	{"deepspeed ready (102)", "[2023-07-24 13:21:33,440] [INFO] [torch_checkpoint_engine.py:33:commit] [Torch] Checkpoint global_step10 is ready now!",
-		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointEnd, 10, nan, ""))},
+		ptrLine(repeated(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointEnd, 10, nan, "")))},
 	{"deepspeed model file (102)", "[2023-07-24 13:21:33,263] [INFO] [logging.py:96:log_dist] [Rank 0] Saving model checkpoint: experiments/x/global_step10/mp_rank_00_model_states.pt",
-		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, nan, "experiments/x/global_step10"))},
+		ptrLine(ckptWant(pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointFile, -1, nan, "experiments/x/global_step10"))},
 	{"fairseq saved with writing time (005)", "2022-11-09 12:41:48 | INFO | metaseq.checkpoint_utils | Saved checkpoint /scratch/x/checkpoint_10-model_part-0-shard0.pt (epoch 1 @ 10 updates) (writing took 1.2194619262591004 seconds)",
 		ptrLine(ckptWant(pipeline.FrameworkFairseq, pipeline.CheckpointSave, pipeline.CheckpointSingle, 10, 1.2194619262591004, "/scratch/x/checkpoint_10-model_part-0-shard0.pt"))},
 	{"fairseq per-shard saving is no event (005)", "2022-11-09 12:41:47 | INFO | metaseq.trainer | Saving checkpoint to /scratch/x/checkpoint_10-model_part-0-shard0.pt", nil},
@@ -145,14 +145,47 @@ var checkpointCases = []struct {
 	{"a script's own print", "[PPOTrainer] Saving checkpoint at iteration 10", nil},
 	{"deepspeed per-file load", "[Torch] Loading checkpoint from /x/zero_pp_rank_0_mp_rank_00_optim_states.pt...", nil},
 	{"megatron iteration line", " iteration       10/  100000 | elapsed time per iteration (ms): 1011.7 |", nil},
+	{"megatron timer joined to its header (207)", "(min, max) time across ranks (ms):save-checkpoint ................................: (1658.80, 1658.85)",
+		ptrLine(ckptWant(pipeline.FrameworkMegatron, pipeline.CheckpointSave, pipeline.CheckpointAmend, -1, 1.65885, ""))},
+	{"nemo global checkpoint save (210)", "[NeMo I 2025-08-19 14:02:29 nemo_logging:393] Global Checkpoint Save : Rank: 0 : Iteration: 0 : Start time: 1755612135.735s : Save duration: 13.567s",
+		ptrLine(ckptWant(pipeline.FrameworkNeMo, pipeline.CheckpointSave, pipeline.CheckpointSingle, 0, 13.567, ""))},
+	{"nemo 1 global checkpoint save without iteration", "[NeMo I 2025-04-23 02:54:14 nemo_logging:393] Global Checkpoint Save : Rank: 0 : Start time: 1745376794.226s : Save duration: 60.221s",
+		ptrLine(ckptWant(pipeline.FrameworkNeMo, pipeline.CheckpointSave, pipeline.CheckpointSingle, -1, 60.221, ""))},
+	{"nemo successfully saved (210)", "[NeMo I 2025-08-19 14:02:36 nemo_logging:393] Successfully saved checkpoint from iteration       0 to nemo_llama_nemotron_model",
+		ptrLine(ckptWant(pipeline.FrameworkNeMo, pipeline.CheckpointSave, pipeline.CheckpointEnd, 0, nan, "nemo_llama_nemotron_model"))},
+	{"nemo async finalization is a part (210)", "[NeMo I 2025-08-19 14:02:36 nemo_logging:393] Async finalization time took 7.538 s", nil},
+	{"torchtune saving glued to tqdm (211)", "1|1625|Loss: 1.5839784145355225: 100%|██████████| 1625/1625 [21:54<00:00,  1.23it/s]INFO:torchtune.utils._logging:Saving checkpoint. This may take some time. Retrieving full model state dict...",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointStart, -1, nan, ""))},
+	{"torchtune state dict time is a part (211)", "INFO:torchtune.utils._logging:Getting full model state dict took 1.69 secs", nil},
+	{"torchtune took (211)", "INFO:torchtune.utils._logging:Saving checkpoint took 6.64 secs",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointEnd, -1, 6.64, ""))},
+	{"torchtune model file (211)", "INFO:torchtune.utils._logging:Model checkpoint of size 2.30 GiB saved to /workspace/output/epoch_0/model-00001-of-00001.safetensors",
+		ptrLine(ckptWant(pipeline.FrameworkTorchtune, pipeline.CheckpointSave, pipeline.CheckpointFile, -1, nan, "/workspace/output/epoch_0"))},
+	{"tensorflow saving checkpoints (212)", "INFO:tensorflow:Saving checkpoints for 1001 into ./model/model.ckpt.",
+		ptrLine(ckptWant(pipeline.FrameworkTensorFlow, pipeline.CheckpointSave, pipeline.CheckpointSingle, 1001, nan, "./model/model.ckpt"))},
+	{"tensorflow restoring (212)", "INFO:tensorflow:Restoring parameters from ./model/model.ckpt-1000",
+		ptrLine(ckptWant(pipeline.FrameworkTensorFlow, pipeline.CheckpointLoad, pipeline.CheckpointSingle, 1000, nan, "./model/model.ckpt-1000"))},
+	{"flax saving at step (218)", "I0426 14:53:14.553446 140438783083712 checkpoints.py:571] Saving checkpoint at step: 2000",
+		&pipeline.CheckpointLine{Framework: pipeline.FrameworkFlax, Op: pipeline.CheckpointSave, Phase: pipeline.CheckpointStart, Step: 2000, Duration: nan, Repeated: true}},
+	{"a script's own flax-like print", "Saving checkpoint at step: 100", nil},
+	{"orbax started (218)", "I0426 14:53:14.557597 140438783083712 event_tracking.py:70] [process=0] [sync] Started save checkpoint @ /ckpt/checkpoint_2000.",
+		&pipeline.CheckpointLine{Framework: pipeline.FrameworkOrbax, Op: pipeline.CheckpointSave, Phase: pipeline.CheckpointStart, Step: 2000, Duration: nan, Path: []byte("/ckpt/checkpoint_2000"), Repeated: true}},
+	{"orbax blocking figure (218)", "I0426 14:53:16.111465 140438783083712 event_tracking.py:125] [process=0] [sync] Finished blocking save in 1.55 seconds. Continuing save @ /ckpt/checkpoint_2000.",
+		&pipeline.CheckpointLine{Framework: pipeline.FrameworkOrbax, Op: pipeline.CheckpointSave, Phase: pipeline.CheckpointAmend, Step: 2000, Duration: 1.55, Path: []byte("/ckpt/checkpoint_2000"), Repeated: true}},
+	{"orbax finished (218)", "I0426 14:53:16.162798 140438783083712 event_tracking.py:138] [process=0] [sync] Finished save in 1.61 seconds @ /ckpt/checkpoints/100",
+		&pipeline.CheckpointLine{Framework: pipeline.FrameworkOrbax, Op: pipeline.CheckpointSave, Phase: pipeline.CheckpointEnd, Step: 100, Duration: 1.61, Path: []byte("/ckpt/checkpoints/100"), Repeated: true}},
+	{"orbax finalized tmp dir is no event (218)", "I0426 14:53:16.161501 140438783083712 atomicity.py:847] [process=0][thread=MainThread] Finished saving checkpoint (finalized tmp dir) to `/ckpt/checkpoint_2000`.", nil},
 }
 
 func ptrLine(l pipeline.CheckpointLine) *pipeline.CheckpointLine { return &l }
 
+// repeated marks a line printed on every rank (docs/checkpoints.md, R4).
+func repeated(l pipeline.CheckpointLine) pipeline.CheckpointLine { l.Repeated = true; return l }
+
 func sameCheckpointLine(a, b *pipeline.CheckpointLine) bool {
 	sameF := a.Duration == b.Duration || math.IsNaN(a.Duration) && math.IsNaN(b.Duration)
 	return a.Framework == b.Framework && a.Op == b.Op && a.Phase == b.Phase && a.Step == b.Step && sameF &&
-		bytes.Equal(a.Path, b.Path)
+		bytes.Equal(a.Path, b.Path) && a.Repeated == b.Repeated
 }
 
 func TestParseCheckpoint(t *testing.T) {
@@ -250,7 +283,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 		// its path is a piece of the line; figures are real and not
 		// negative; a prefilter that missed it would lose it.
 		if cl.Framework == "" || cl.Op < pipeline.CheckpointSave || cl.Op > pipeline.CheckpointLoad ||
-			cl.Phase < pipeline.CheckpointStart || cl.Phase > pipeline.CheckpointAmend {
+			cl.Phase < pipeline.CheckpointStart || cl.Phase > pipeline.CheckpointFile {
 			t.Fatalf("Parse(%q) = %+v: unknown framework, op or phase", line, cl)
 		}
 		if cl.Path != nil && (!bytes.Contains(line, cl.Path) || len(cl.Path) > maxCheckpointPath) {
@@ -306,4 +339,153 @@ func BenchmarkParseCheckpoint(b *testing.B) {
 			}
 		}
 	})
+}
+
+// foldCheckpoints parses lines and folds them as `run` does, each line
+// under meta hosts[i] (nil: no metadata), cutting the batch after every
+// line in cuts; it returns the job's report and the stored rows.
+func foldCheckpoints(t *testing.T, lines []string, hosts []*pipeline.Meta, cuts map[int]bool) ([]pipeline.CheckpointReport, []pipeline.CheckpointEvent) {
+	t.Helper()
+	p := NewTelemetry(DefaultTelemetryConfig())
+	asm := pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+	var rows []pipeline.CheckpointEvent
+	var b pipeline.Batch
+	var tl pipeline.TelemetryLine
+	for i, l := range lines {
+		if TelemetryCandidate([]byte(l)) && p.Parse([]byte(l), &tl) {
+			asm.Add("job", hosts[i], &tl, time.Unix(int64(i), 0), pipeline.Source{Topic: "t", Offset: int64(i)}, &b)
+		}
+		if cuts[i] {
+			rows = append(rows, b.Checkpoints...)
+			b.Reset()
+		}
+	}
+	rows = append(rows, b.Checkpoints...)
+	return asm.Checkpoints("job"), rows
+}
+
+// checkpointSample reads a sample's lines.
+func checkpointSample(t *testing.T, name string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("../testdata/checkpoints", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+}
+
+// multiHostSamples are saves whose every line a multi-host job prints on
+// each host.
+var multiHostSamples = []string{
+	"101_megatron_core_torch_dist_save_timer_two_saves.log",
+	"102_deepspeed_torch_engine_global_step_two_saves.log",
+	"201_megatron_deepspeed_nested_engine_save_ready_per_rank.log",
+	"202_megatron_timer_tp4_two_timed_saves_final_resave.log",
+	"210_nemo2_global_checkpoint_save_async_finalization_import.log",
+	"211_torchtune_kubeflow_save_glued_to_tqdm_took_secs.log",
+	"213_tensorflow_estimator_saves_0_and_200_indented_notebook.log",
+	"218_flax_orbax_sync_save_step_2000_event_tracking.log",
+	"219_hf_trainer_deepspeed_lora_checkpoint_500_nested_global_step500.log",
+}
+
+// TestCheckpointMoreHosts: printing every line of a save on more hosts
+// (other pods) adds no saves and changes no figure, whether the hosts'
+// copies interleave line by line or follow one another save by save
+// (docs/checkpoints.md, R4).
+func TestCheckpointMoreHosts(t *testing.T) {
+	pods := []*pipeline.Meta{{Job: "j", Pod: "w-0"}, {Job: "j", Pod: "w-1"}, {Job: "j", Pod: "w-2"}}
+	for _, name := range multiHostSamples {
+		lines := checkpointSample(t, name)
+		one := make([]*pipeline.Meta, len(lines))
+		for i := range one {
+			one[i] = pods[0]
+		}
+		want, _ := foldCheckpoints(t, lines, one, nil)
+		if len(want) == 0 || want[0].Saves == 0 {
+			t.Fatalf("%s: no saves on one host", name)
+		}
+		var inter, blocks []string
+		var interHosts, blockHosts []*pipeline.Meta
+		for _, l := range lines {
+			for _, h := range pods {
+				inter, interHosts = append(inter, l), append(interHosts, h)
+			}
+		}
+		for _, h := range pods {
+			for _, l := range lines {
+				blocks, blockHosts = append(blocks, l), append(blockHosts, h)
+			}
+		}
+		if got, _ := foldCheckpoints(t, inter, interHosts, nil); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s interleaved on 3 hosts:\n got %+v\nwant %+v", name, got, want)
+		}
+		// Host by host, the copies of each save follow the first host's
+		// whole log only where the save is the log's last; a log of one
+		// save checks the order fully.
+		if want[0].Saves == 1 && len(want) == 1 {
+			if got, _ := foldCheckpoints(t, blocks, blockHosts, nil); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s host after host:\n got %+v\nwant %+v", name, got, want)
+			}
+		}
+	}
+}
+
+// TestCheckpointBatchCuts: cutting a sample's lines into batches at any
+// line changes neither the report nor the last stored version of each
+// event (rows of one event share its first line's coordinates).
+func TestCheckpointBatchCuts(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/checkpoints/*.log")
+	for _, path := range files {
+		name := filepath.Base(path)
+		lines := checkpointSample(t, name)
+		hosts := make([]*pipeline.Meta, len(lines))
+		want, wantRows := foldCheckpoints(t, lines, hosts, nil)
+		for cut := range lines {
+			got, rows := foldCheckpoints(t, lines, hosts, map[int]bool{cut: true, cut / 2: true})
+			if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(lastVersions(rows), lastVersions(wantRows)) {
+				t.Fatalf("%s cut after line %d: report %+v rows %+v; want %+v rows %+v", name, cut, got, lastVersions(rows), want, lastVersions(wantRows))
+			}
+		}
+	}
+}
+
+// lastVersions keeps the highest version of each stored event, as
+// ReplacingMergeTree does.
+func lastVersions(rows []pipeline.CheckpointEvent) map[pipeline.Source]pipeline.CheckpointEvent {
+	out := map[pipeline.Source]pipeline.CheckpointEvent{}
+	for _, r := range rows {
+		if o, ok := out[r.Source]; !ok || r.Lines >= o.Lines {
+			out[r.Source] = r
+		}
+	}
+	for k, r := range out {
+		r.Duration = roundNaN(r.Duration)
+		out[k] = r
+	}
+	return out
+}
+
+// roundNaN makes NaN comparable with reflect.DeepEqual.
+func roundNaN(f float64) float64 {
+	if math.IsNaN(f) {
+		return -1
+	}
+	return f
+}
+
+// TestCheckpointTimerOnly: a save seen only through its end line and
+// Megatron's timer (the start line missing) is still a save with its
+// duration, and a timer with no save before it counts none.
+func TestCheckpointTimerOnly(t *testing.T) {
+	lines := []string{
+		"    save-checkpoint ................................: (100.00, 200.00)",
+		"  successfully saved checkpoint at iteration     100 to /lustre/ckpt",
+		"(min, max) time across ranks (ms):",
+		"    save-checkpoint ................................: (81611.24, 81611.82)",
+	}
+	got, _ := foldCheckpoints(t, lines, make([]*pipeline.Meta, len(lines)), nil)
+	if len(got) != 1 || got[0].Saves != 1 || !slices.Equal(got[0].SaveDurations, []float64{81.61182}) ||
+		!slices.Equal(got[0].Steps, []int64{100}) {
+		t.Fatalf("Checkpoints = %+v; want one save of step 100, 81.61182 s", got)
+	}
 }

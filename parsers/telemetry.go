@@ -281,12 +281,13 @@ const (
 	markCheckpointLower = iota
 	markCheckpointUpper
 	markSavingModelTo
+	markRestoringParameters
 	markNCCLInfo
 	markProgress
 )
 
 func lineSpecs() []tokenSpec {
-	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokNCCLInfo}}
+	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokRestoringParameters}, {tok: tokNCCLInfo}}
 	for _, p := range progressParsers {
 		specs = append(specs, tokenSpec{tok: p.marker})
 	}
@@ -416,7 +417,7 @@ var telemetrySlowTokens = [...][]byte{
 	[]byte("int64"),
 	[]byte("nccl-tests"), // nccl-tests 2.18+ version line
 	// Checkpoint lines (checkpoint.go: CheckpointTokens).
-	tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo,
+	tokCheckpointLower, tokCheckpointUpper, tokSavingModelTo, tokRestoringParameters,
 }
 
 // TelemetryCandidate reports whether line may be a telemetry line: the
