@@ -401,6 +401,16 @@ func TestREADMEBlocksParse(t *testing.T) {
 	if !strings.HasPrefix(names["newcomer"], "README.md:") {
 		t.Errorf("the newcomer block (ncclwatch demo, make test) is at %s; it belongs in README.md", names["newcomer"])
 	}
+	for _, b := range blocks {
+		if b.name != "newcomer" {
+			continue
+		}
+		for _, cmd := range []string{"go run ./cmd/ncclwatch demo", "\nmake test "} {
+			if !strings.Contains("\n"+b.text, cmd) {
+				t.Errorf("%s: the newcomer block lacks %q", b.where(), strings.TrimSpace(cmd))
+			}
+		}
+	}
 	if _, err := readmeBlocks("x.md", []byte("<!-- readme-test: x -->\ntext\n")); err == nil {
 		t.Error("a marker without a block was accepted")
 	} else if !strings.HasPrefix(err.Error(), "x.md:1:") {
