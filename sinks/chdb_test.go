@@ -380,16 +380,24 @@ func chdbCell(raw json.RawMessage, typ string) (string, error) {
 	return text, nil
 }
 
-// readmeSQL returns the ```sql blocks of README.md.
+// readmeSQL returns the ```sql blocks of README.md and then of docs/*.md
+// in name order.
 func readmeSQL(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	slices.Sort(docs)
 	var out []string
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
-		out = append(out, strings.TrimSpace(m[1]))
+	for _, path := range append([]string{filepath.Join("..", "README.md")}, docs...) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+			out = append(out, strings.TrimSpace(m[1]))
+		}
 	}
 	return out
 }
@@ -397,7 +405,8 @@ func readmeSQL(t *testing.T) []string {
 // TestChDB applies the migrations chDB's version gets, runs the sink's
 // inserts of the seeded fleet (twice: the second must be dropped by its
 // deduplication tokens) and of testBatch, and runs every cookbook query,
-// README query, view and Grafana panel query with asserted results.
+// documentation query (README.md, docs/*.md), view and Grafana panel query
+// with asserted results.
 func TestChDB(t *testing.T) {
 	py := chdbPython(t)
 	const db = "ncclwatch" // the name the cookbook and the README use; the session is private
@@ -534,13 +543,13 @@ func TestChDB(t *testing.T) {
 		}
 		checks = append(checks, check{what: "cookbook " + q.name, sql: strings.TrimRight(strings.TrimSpace(q.sql), ";"), want: w})
 	}
-	// README's SQL: the socket fallbacks of the last day.
+	// The documentation's SQL (docs/read-api.md): the socket fallbacks of the last day.
 	readme := readmeSQL(t)
 	if len(readme) == 0 {
-		t.Fatal("README.md has no sql block")
+		t.Fatal("README.md and docs/*.md have no sql block")
 	}
 	for i, sql := range readme {
-		checks = append(checks, check{what: fmt.Sprintf("README sql block %d", i+1), sql: strings.TrimRight(sql, ";"),
+		checks = append(checks, check{what: fmt.Sprintf("documentation sql block %d", i+1), sql: strings.TrimRight(sql, ";"),
 			want: readmeWant(i), sort: true})
 	}
 	// Grafana: every panel with the dashboard's range, answers in grafanaWant.
@@ -593,7 +602,7 @@ func TestChDB(t *testing.T) {
 	}
 }
 
-// readmeWant is what README's sql blocks return from the seeded fleet,
+// readmeWant is what the documentation's sql blocks return from the seeded fleet,
 // sorted: the socket fallbacks last seen within a day.
 func readmeWant(i int) []string {
 	return [][]string{{
