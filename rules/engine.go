@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr/vm"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
