@@ -376,15 +376,18 @@ func (s *sampler) add(v float64) {
 	s.vals = append(s.vals, v)
 }
 
-// median returns the median of the sample, the mean of the two middle
-// values of an even count (ClickHouse's medianExact returns the upper one
-// instead), NaN when empty.
-func (s *sampler) median() float64 {
-	n := len(s.vals)
+// median returns the median of the sample (Median).
+func (s *sampler) median() float64 { return Median(s.vals) }
+
+// Median returns the median of vals, the mean of the two middle values of
+// an even count (ClickHouse's medianExact returns the upper one instead),
+// NaN when empty. vals is not changed.
+func Median(vals []float64) float64 {
+	n := len(vals)
 	if n == 0 {
 		return math.NaN()
 	}
-	v := slices.Clone(s.vals)
+	v := slices.Clone(vals)
 	slices.Sort(v)
 	if n%2 == 1 {
 		return v[n/2]

@@ -25,19 +25,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 func testAlertmanager(t *testing.T) string {
 	t.Helper()
-	addr := os.Getenv("NCCLWATCH_TEST_ALERTMANAGER")
-	if addr == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_ALERTMANAGER not set and NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_ALERTMANAGER not set (deploy/local/alertmanager.sh start)")
-	}
-	return addr
+	return testenv.Server(t, "NCCLWATCH_TEST_ALERTMANAGER", "deploy/local/alertmanager.sh start")
 }
 
 // amNotification is the body Alertmanager's webhook receiver posts.

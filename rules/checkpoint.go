@@ -73,14 +73,3 @@ func checkpointView(reps []pipeline.CheckpointReport) CheckpointView {
 	}
 	return v
 }
-
-// checkpointData is the view's template data (checkpoint_*).
-func checkpointData(c *CheckpointView) map[string]any {
-	return map[string]any{
-		"checkpoint_known": c.Known, "checkpoint_framework": c.Framework, "checkpoint_saves": c.Saves,
-		"checkpoint_loads": c.Loads, "checkpoint_unfinished_saves": c.Unfinished,
-		"checkpoint_timed_saves": c.TimedSaves, "checkpoint_last_save_s": deref(c.LastSave),
-		"checkpoint_baseline_save_s": deref(c.BaselineSave), "checkpoint_save_regression": deref(c.SaveRegression),
-		"checkpoint_last_path": deref(c.LastPath),
-	}
-}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/expr-lang/expr/vm"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -151,7 +152,7 @@ type Engine struct {
 	watched   map[string]time.Time // when each pool was first evaluated
 	counts    map[countKey]int     // pending/firing alerts, for the metric
 	lastFull  time.Time            // the last evaluation of every job and pool
-	baselines *pipeline.CanaryBaselines
+	baselines *CanaryBaselines
 }
 
 type subject struct {
@@ -233,7 +234,7 @@ func NewEngine(cfg Config, rs *RuleSet, deps EngineDeps) (*Engine, error) {
 	e := &Engine{cfg: cfg, rules: rs.Rules, fleet: deps.Fleet, m: deps.Metrics,
 		vm: vm.VM{MemoryBudget: maxExprMemory}, subjects: map[string]*subject{}, states: map[stateKey]*state{},
 		proofs: map[string]time.Time{}, pendProof: map[string]bool{}, watched: map[string]time.Time{},
-		counts: map[countKey]int{}, baselines: pipeline.NewCanaryBaselines(canaryBaselineRuns)}
+		counts: map[countKey]int{}, baselines: NewCanaryBaselines(canaryBaselineRuns)}
 	if e.m != nil {
 		e.m.SubjectsCapacity.Set(float64(cfg.MaxSubjects))
 		for _, r := range e.rules {

@@ -196,7 +196,7 @@ type CanaryView struct {
 	BusBW    *float64 `expr:"busbw"`
 	AvgBusBW *float64 `expr:"avg_busbw"` // "# Avg bus bandwidth", GB/s
 	// BaselineBusBW is the median BusBW of the pool's last ok canary runs
-	// of the same collective before this one (pipeline.CanaryBaselines);
+	// of the same collective before this one (CanaryBaselines);
 	// null before the first.
 	BaselineBusBW *float64 `expr:"baseline_busbw"`
 }

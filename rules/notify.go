@@ -275,7 +275,7 @@ func (n *Notifier) send(ctx context.Context, alerts []pipeline.Alert) {
 		n.outcome("rejected")
 		return
 	}
-	backoff := n.cfg.RetryBackoff
+	backoff := pipeline.Backoff{Min: n.cfg.RetryBackoff, Max: n.cfg.MaxBackoff}
 	for attempt := 0; ; attempt++ {
 		err := n.post(ctx, body)
 		if err == nil {
@@ -292,15 +292,10 @@ func (n *Notifier) send(ctx context.Context, alerts []pipeline.Alert) {
 			return
 		}
 		n.outcome("retried")
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx) {
 			n.outcome("failed")
 			return
-		case <-t.C:
 		}
-		backoff = min(2*backoff, n.cfg.MaxBackoff)
 	}
 }
 

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"maps"
 	"reflect"
 	"strings"
 	"text/template"
@@ -90,24 +89,46 @@ func deref[T any](p *T) any {
 	return *p
 }
 
+// viewData sets d[prefix+name] to each field of the view v, a pointer to
+// a struct whose fields carry expr tags, under its expression name (the
+// "name" field under nameKey): templates see a view's fields by the names
+// expressions use, from one list, the view's. A pointer field is its
+// value or nil; a nil v sets every name to nil.
+func viewData(d map[string]any, prefix string, v any, nameKey string) {
+	rv := reflect.ValueOf(v)
+	rt := rv.Type().Elem()
+	for i := range rt.NumField() {
+		name := rt.Field(i).Tag.Get("expr")
+		if name == "" {
+			continue
+		}
+		if name == "name" {
+			name = nameKey
+		}
+		var val any
+		if !rv.IsNil() {
+			f := rv.Elem().Field(i)
+			switch {
+			case f.Kind() != reflect.Pointer:
+				val = f.Interface()
+			case !f.IsNil():
+				val = f.Elem().Interface()
+			}
+		}
+		d[prefix+name] = val
+	}
+}
+
 // jobData is the template data of a job alert: the job's fields, overlaid
 // by the matched communicator's when the rule names comm, the canary's
 // (canary_*) and the matched training series' (series_*, null when the
 // rule does not name series).
 func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
-	j := &env.Job
 	nodes := make([]string, len(env.Nodes))
 	for i, n := range env.Nodes {
 		nodes[i] = n.Name
 	}
 	d := map[string]any{
-		"job": j.Name, "namespace": j.Namespace, "cluster": j.Cluster, "seen": j.Seen,
-		"nccl_version": deref(j.NCCLVersion), "nccl_versions": j.NCCLVersions, "version_skew": j.VersionSkew,
-		"network": deref(j.Network), "network_class": deref(j.NetworkClass), "networks": j.Networks,
-		"fabric": deref(j.Fabric), "gdr": deref(j.GDR), "multi_node": deref(j.MultiNode),
-		"nnodes": deref(j.NNodes), "nranks": deref(j.NRanks), "intra": j.Intra, "fallback": deref(j.Fallback),
-		"warns": j.Warns, "verdict": j.Verdict, "reasons": j.Reasons, "nccl_lines": j.NCCLLines,
-		"first_seen": j.FirstSeen, "last_seen": j.LastSeen, "age": j.Age,
 		"comm_id": nil, "hcas": nil, "hca_devices": []string{}, "rdma_failures": []string{}, "plugin": nil,
 		"oob_iface": nil, "env": map[string]string{}, "local_ranks": nil, "hosts": []string{}, "processes": nil,
 		"expect_network": env.Expect.Network, "expect_gdr": env.Expect.GDR, "expect_hcas": env.Expect.HCAs,
@@ -117,31 +138,10 @@ func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 		"activity_first_seen": env.Activity.FirstSeen, "activity_last_seen": env.Activity.LastSeen,
 		"now": env.Now,
 	}
-	cn := &env.Canary
-	maps.Copy(d, map[string]any{
-		"canary_is": cn.Is, "canary_pool": cn.Pool, "canary_collective": deref(cn.Collective), "canary_rows": cn.Rows,
-		"canary_max_bytes": deref(cn.MaxBytes), "canary_busbw": deref(cn.BusBW), "canary_avg_busbw": deref(cn.AvgBusBW),
-		"canary_baseline_busbw": deref(cn.BaselineBusBW),
-	})
-	sd := map[string]any{
-		"series_framework": nil, "series_steps": nil, "series_median_step_time_s": nil, "series_network": nil,
-		"series_previous_network": nil, "series_network_changed": nil, "series_network_changed_at_step": nil,
-		"series_previous_median_step_time_s": nil, "series_segment_median_step_time_s": nil,
-		"series_segment_steps": nil, "series_step_time_regression": nil,
-	}
-	if sv := series; sv != nil {
-		sd = map[string]any{
-			"series_framework": sv.Framework, "series_steps": sv.Steps,
-			"series_median_step_time_s": deref(sv.MedianStepTime), "series_network": deref(sv.Network),
-			"series_previous_network": deref(sv.PreviousNetwork), "series_network_changed": sv.NetworkChanged,
-			"series_network_changed_at_step":     deref(sv.NetworkChangedAtStep),
-			"series_previous_median_step_time_s": deref(sv.PreviousMedianStepTime),
-			"series_segment_median_step_time_s":  deref(sv.SegmentMedianStepTime),
-			"series_segment_steps":               sv.SegmentSteps, "series_step_time_regression": deref(sv.StepTimeRegression),
-		}
-	}
-	maps.Copy(d, sd)
-	maps.Copy(d, checkpointData(&env.Checkpoint))
+	viewData(d, "", &env.Job, "job")
+	viewData(d, "canary_", &env.Canary, "")
+	viewData(d, "series_", series, "")
+	viewData(d, "checkpoint_", &env.Checkpoint, "")
 	if c := comm; c != nil {
 		for k, v := range map[string]any{
 			"comm_id": c.ID, "network": deref(c.Network), "network_class": c.NetworkClass, "fabric": deref(c.Fabric),
@@ -158,11 +158,9 @@ func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 
 // poolData is the template data of a pool alert.
 func poolData(env *PoolEnv) map[string]any {
-	p := &env.Pool
-	return map[string]any{
-		"pool": p.Name, "nodes": p.Nodes, "rdma_capable": p.RDMACapable, "hcas": p.HCAs, "zones": p.Zones,
-		"proved": p.Proved, "last_proof": p.LastProof, "unproven_for": p.UnprovenFor, "now": env.Now,
-	}
+	d := map[string]any{"now": env.Now}
+	viewData(d, "", &env.Pool, "pool")
+	return d
 }
 
 // render executes a rule's templates; a template that fails leaves its

@@ -20,6 +20,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -45,14 +46,7 @@ import (
 // when there is none (fails under NCCLWATCH_REQUIRE_SERVERS=1).
 func chdbPython(t *testing.T) string {
 	t.Helper()
-	py := os.Getenv("NCCLWATCH_TEST_CHDB")
-	if py == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_CHDB not set and NCCLWATCH_REQUIRE_SERVERS=1 (make test sets it: deploy/local/chdb.sh python)")
-		}
-		t.Skip("NCCLWATCH_TEST_CHDB not set (deploy/local/chdb.sh python prints it)")
-	}
-	return py
+	return testenv.Server(t, "NCCLWATCH_TEST_CHDB", "deploy/local/chdb.sh python prints it; make test sets it")
 }
 
 // chdbStmt is one statement for deploy/local/chdb/exec.py: format empty

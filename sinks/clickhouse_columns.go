@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 

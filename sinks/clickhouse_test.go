@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -24,14 +24,7 @@ import (
 // that CI never skips silently).
 func testAddr(t *testing.T) string {
 	t.Helper()
-	addr := os.Getenv("NCCLWATCH_TEST_CLICKHOUSE")
-	if addr == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_CLICKHOUSE not set and NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_CLICKHOUSE not set")
-	}
-	return addr
+	return testenv.Server(t, "NCCLWATCH_TEST_CLICKHOUSE", "")
 }
 
 // newTestClickHouse connects to the test server with a database of its own,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
@@ -50,13 +51,7 @@ func apiGet(t *testing.T, url, token string, into any) int {
 // TestAPIStoredAndLive seeds job_verdicts on the real ClickHouse server,
 // adds live state, and reads both through the API with a bearer token.
 func TestAPIStoredAndLive(t *testing.T) {
-	addr := os.Getenv("NCCLWATCH_TEST_CLICKHOUSE")
-	if addr == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_CLICKHOUSE not set and NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_CLICKHOUSE not set")
-	}
+	addr := testenv.Server(t, "NCCLWATCH_TEST_CLICKHOUSE", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg := sinks.DefaultClickHouseConfig()

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
@@ -50,14 +51,8 @@ const (
 // (fails under NCCLWATCH_REQUIRE_SERVERS=1: CI never skips silently).
 func itServers(t *testing.T) (brokers []string, clickhouse string) {
 	t.Helper()
-	k, ch := os.Getenv("NCCLWATCH_TEST_KAFKA"), os.Getenv("NCCLWATCH_TEST_CLICKHOUSE")
-	if k == "" || ch == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_KAFKA or NCCLWATCH_TEST_CLICKHOUSE is empty but NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_KAFKA and NCCLWATCH_TEST_CLICKHOUSE not set")
-	}
-	return splitList(k), ch
+	v := testenv.Servers(t, "", "NCCLWATCH_TEST_KAFKA", "NCCLWATCH_TEST_CLICKHOUSE")
+	return splitList(v[0]), v[1]
 }
 
 func randHex() string {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 )
 
 // readmeBlock is one fenced block of README.md or of a docs/*.md file,
@@ -208,14 +210,7 @@ func readmeServerEnv(t *testing.T) (kport, chport string) {
 	}
 	// deploy/local's start commands in the blocks must find the running
 	// servers, not start others on default ports: they need every port.
-	for _, v := range []string{"KAFKA_CONTROLLER_PORT", "CLICKHOUSE_HTTP_PORT"} {
-		if os.Getenv(v) == "" {
-			if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-				t.Fatalf("%s is not set (make test exports it)", v)
-			}
-			t.Skipf("%s is not set; run through make test", v)
-		}
-	}
+	testenv.Servers(t, "make test exports them", "KAFKA_CONTROLLER_PORT", "CLICKHOUSE_HTTP_PORT")
 	return kport, chport
 }
 

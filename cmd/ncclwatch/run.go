@@ -496,7 +496,7 @@ func prepareSchema(ctx context.Context, ch *sinks.ClickHouse, migrate bool, log 
 // deployment ClickHouse may come up after ncclwatch.
 func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zerolog.Logger) (*sinks.ClickHouse, error) {
 	deadline := time.Now().Add(60 * time.Second)
-	backoff := 500 * time.Millisecond
+	backoff := pipeline.Backoff{Min: 500 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		ch, err := sinks.NewClickHouse(ctx, cfg)
 		if err == nil {
@@ -509,13 +509,10 @@ func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zero
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("clickhouse %v: %w (is the server up? set --clickhouse or NCCLWATCH_CLICKHOUSE)", cfg.Addr, err)
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg("clickhouse not reachable yet")
-		select {
-		case <-ctx.Done():
+		log.Warn().Err(err).Dur("retry_in", backoff.Next()).Msg("clickhouse not reachable yet")
+		if !backoff.Wait(ctx) {
 			return nil, ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 )
 
@@ -41,17 +42,9 @@ type secureEnv struct {
 
 func secureServers(t *testing.T) secureEnv {
 	t.Helper()
-	s := secureEnv{
-		kafkaAddr: os.Getenv("NCCLWATCH_TEST_KAFKA_SASL"), kafkaDir: os.Getenv("NCCLWATCH_TEST_KAFKA_SECURE_DIR"),
-		chAddr: os.Getenv("NCCLWATCH_TEST_CLICKHOUSE_TLS"), chDir: os.Getenv("NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR"),
-	}
-	if s.kafkaAddr == "" || s.kafkaDir == "" || s.chAddr == "" || s.chDir == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_KAFKA_SASL, _KAFKA_SECURE_DIR, _CLICKHOUSE_TLS or _CLICKHOUSE_SECURE_DIR is empty but NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("secured servers not configured (NCCLWATCH_TEST_KAFKA_SASL, NCCLWATCH_TEST_CLICKHOUSE_TLS)")
-	}
-	return s
+	v := testenv.Servers(t, "secured servers", "NCCLWATCH_TEST_KAFKA_SASL", "NCCLWATCH_TEST_KAFKA_SECURE_DIR",
+		"NCCLWATCH_TEST_CLICKHOUSE_TLS", "NCCLWATCH_TEST_CLICKHOUSE_SECURE_DIR")
+	return secureEnv{kafkaAddr: v[0], kafkaDir: v[1], chAddr: v[2], chDir: v[3]}
 }
 
 func readFile(t *testing.T, path string) string {

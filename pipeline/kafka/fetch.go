@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
 const (
@@ -95,13 +97,15 @@ func (f *fetcher) run(ctx context.Context) {
 	if off < 0 {
 		off = f.s.start
 	}
+	backoff := pipeline.Backoff{Min: fetchBackoffMin, Max: fetchBackoffMax}
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
+		if attempt > 0 && !backoff.Wait(ctx) {
 			return
 		}
 		conn, raw, start, err := f.connect(ctx, off)
 		if err == nil {
 			attempt = 0
+			backoff.Reset()
 			off = start
 			if raw.conn != nil {
 				off, err = f.readNative(ctx, conn, raw, off)
@@ -523,13 +527,6 @@ func (f *fetcher) send(ctx context.Context, c chunk) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// backoff is the pause before the attempt-th reconnect: doubling from
-// fetchBackoffMin, at most fetchBackoffMax.
-func backoff(attempt int) time.Duration {
-	d := fetchBackoffMin << min(attempt-1, 10)
-	return min(d, fetchBackoffMax)
 }
 
 // sleep waits d or until ctx is done; false when ctx ended it.

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -40,14 +40,7 @@ func newFake(t *testing.T, opts ...kfake.Opt) []string {
 // skips (fails under NCCLWATCH_REQUIRE_SERVERS=1: CI never skips silently).
 func realBrokers(t *testing.T) []string {
 	t.Helper()
-	addr := os.Getenv("NCCLWATCH_TEST_KAFKA")
-	if addr == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_KAFKA is empty but NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_KAFKA not set")
-	}
-	return strings.Split(addr, ",")
+	return strings.Split(testenv.Server(t, "NCCLWATCH_TEST_KAFKA", ""), ",")
 }
 
 // uniq returns name with a random suffix: every test has its own topics

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -132,13 +133,8 @@ func TestQuantile(t *testing.T) {
 // with the Kafka engine peer: every phase completes, the report has its
 // figures, and both consumers stored every NCCL line of the stream.
 func TestIntegrationLoad(t *testing.T) {
-	k, chAddr := os.Getenv("NCCLWATCH_TEST_KAFKA"), os.Getenv("NCCLWATCH_TEST_CLICKHOUSE")
-	if k == "" || chAddr == "" {
-		if os.Getenv("NCCLWATCH_REQUIRE_SERVERS") == "1" {
-			t.Fatal("NCCLWATCH_TEST_KAFKA or NCCLWATCH_TEST_CLICKHOUSE is empty but NCCLWATCH_REQUIRE_SERVERS=1")
-		}
-		t.Skip("NCCLWATCH_TEST_KAFKA and NCCLWATCH_TEST_CLICKHOUSE not set")
-	}
+	v := testenv.Servers(t, "", "NCCLWATCH_TEST_KAFKA", "NCCLWATCH_TEST_CLICKHOUSE")
+	k, chAddr := v[0], v[1]
 	bin := filepath.Join(t.TempDir(), "ncclwatch")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/ncclwatch").CombinedOutput(); err != nil {
 		t.Fatalf("go build ncclwatch: %v\n%s", err, out)
