@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 )
 
 func testAlertmanager(t *testing.T) string {

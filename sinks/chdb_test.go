@@ -20,8 +20,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 )
 
 // The schema, the inserts and the queries written for current servers

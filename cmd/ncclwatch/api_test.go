@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
 

@@ -33,11 +33,11 @@ import (
 	"time"
 
 	"github.com/ncclwatch/ncclwatch/cmd/ncclwatch-load/loadtest"
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
 

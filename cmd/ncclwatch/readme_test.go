@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 )
 
 // readmeBlock is one fenced block of README.md or of a docs/*.md file,

@@ -30,8 +30,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 )
 
 // secureEnv is where the secured servers are and what a client needs.

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/ncclwatch/internal/testenv"
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
 )
 
 // TestGenRecords checks the load stream: seeded, exactly n records, each a
