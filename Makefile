@@ -80,7 +80,7 @@ k8s:
 # unit runs the tests that need no server.
 unit: vet
 	NCCLWATCH_TEST_KAFKA= NCCLWATCH_TEST_CLICKHOUSE= NCCLWATCH_TEST_ALERTMANAGER= \
-	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= NCCLWATCH_TEST_CHDB= $(GO) test -race -count=1 ./...
+	NCCLWATCH_TEST_KAFKA_SASL= NCCLWATCH_TEST_CLICKHOUSE_TLS= NCCLWATCH_TEST_CHDB= NCCLWATCH_TEST_KCAT= $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory k8s
 
 fuzz:
@@ -106,6 +106,7 @@ chdb:
 	NCCLWATCH_TEST_CHDB="$$(deploy/local/chdb.sh python)" $(GO) test -count=1 -run '^TestChDB$$' ./sinks/
 
 services-start:
+	deploy/local/kcat.sh install
 	deploy/local/kafka.sh start
 	deploy/local/clickhouse.sh start
 	deploy/local/alertmanager.sh start
@@ -122,7 +123,7 @@ test: vet
 	@status=0; \
 	$(MAKE) --no-print-directory promtool || status=$$?; \
 	chdb_python="$$(deploy/local/chdb.sh python)" || status=$$?; \
-	NCCLWATCH_TEST_CHDB="$$chdb_python" NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 18m ./... || status=$$?; \
+	NCCLWATCH_TEST_CHDB="$$chdb_python" NCCLWATCH_TEST_KCAT="$$(deploy/local/kcat.sh path)" NCCLWATCH_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 18m ./... || status=$$?; \
 	$(MAKE) --no-print-directory k8s || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-stop; \

@@ -50,13 +50,16 @@ type Offset struct {
 type Batch struct {
 	Events []EventRow
 	Comms  []CommSummary
-	// Unattributed are, per job, the processes no communicator line
-	// claimed (CommID Unattributed). The rules stage sees them as one
-	// more communicator; sinks do not store them: they are not a
-	// communicator, and whether a flush finds a process before the line
-	// that names its communicator would make their rows depend on batch
-	// boundaries. The job's summary carries their facts.
-	Unattributed []CommSummary
+	// Unnamed are the summaries of a live job's process groups that NCCL
+	// did not name with a commId (CommSummary.Named): the processes no
+	// communicator line claimed, and groups keyed by their size. The
+	// rules stage sees them as communicators; sinks do not store them,
+	// since a process may be unattributed, or grouped by size, only until
+	// the line naming its communicator arrives, and whether a flush falls
+	// in between would decide what is stored. They join Comms, and are
+	// stored, when their job is evicted (no NCCL line for idle_evict) and
+	// can no longer change. The job's summary carries their facts.
+	Unnamed []CommSummary
 	Jobs         []JobSummary
 	DeadLetters  []DeadLetter
 	Alerts       []Alert        // alert state changes (rules engine)
@@ -113,14 +116,15 @@ type Activity struct {
 	Time time.Time
 }
 
-// addComms appends a job's communicator summaries to Comms, and the
-// summary of its unattributed processes to Unattributed.
-func (b *Batch) addComms(comms []CommSummary) {
+// addComms appends a job's named communicators to Comms, and its unnamed
+// process groups to Unnamed, or to Comms too when final (the job leaves
+// the assembler with this batch).
+func (b *Batch) addComms(comms []CommSummary, final bool) {
 	for i := range comms {
-		if comms[i].CommID == Unattributed {
-			b.Unattributed = append(b.Unattributed, comms[i])
-		} else {
+		if final || comms[i].Named() {
 			b.Comms = append(b.Comms, comms[i])
+		} else {
+			b.Unnamed = append(b.Unnamed, comms[i])
 		}
 	}
 }
@@ -134,7 +138,7 @@ func (b *Batch) Len() int {
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
-	b.Unattributed, b.Sealed = b.Unattributed[:0], b.Sealed[:0]
+	b.Unnamed, b.Sealed = b.Unnamed[:0], b.Sealed[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
 	b.Nodes, b.Telemetry, b.Activity, b.Evicted, b.Released = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0], b.Released[:0]
 	b.Bytes = 0

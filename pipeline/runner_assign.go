@@ -89,6 +89,7 @@ func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 	if r.deps.Loader == nil || len(parts) == 0 {
 		return nil
 	}
+	start := time.Now()
 	byTopic := map[string][]int32{}
 	below := map[partKey]int64{}
 	for _, p := range parts {
@@ -139,7 +140,8 @@ func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 		mt.RebuiltEvents.Add(float64(n))
 		mt.JobsHeld.Set(float64(r.asm.Len()))
 	}
-	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.asm.Len()).Msg("state rebuilt from stored events")
+	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.asm.Len()).
+		Dur("took", time.Since(start)).Msg("state rebuilt from stored events")
 	return nil
 }
 

@@ -83,7 +83,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
-	r.batch.Comms, r.batch.Unattributed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unattributed[:0], r.batch.Jobs[:0]
+	r.batch.Comms, r.batch.Unnamed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unnamed[:0], r.batch.Jobs[:0]
 	r.batch.Nodes, r.batch.Telemetry = r.batch.Nodes[:0], r.batch.Telemetry[:0]
 	for _, j := range jobs {
 		if inv := r.deps.Inventory; inv != nil {
@@ -95,7 +95,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			continue
 		}
 		r.shown[j] = r.asm.Created(j)
-		r.batch.addComms(comms)
+		r.batch.addComms(comms, slices.Contains(evict, j))
 		r.batch.Jobs = append(r.batch.Jobs, sum)
 		if r.deps.Observe {
 			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
@@ -105,7 +105,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	// summaries, or the lines since their last summary would never be
 	// summarized while the commit covers them.
 	comms, sums := r.asm.Pushed()
-	r.batch.addComms(comms)
+	r.batch.addComms(comms, true)
 	r.batch.Jobs = append(r.batch.Jobs, sums...)
 	if r.deps.Observe {
 		for _, j := range jobs {
@@ -198,7 +198,7 @@ func compareOffset(x, y Offset) int {
 // summaryJobs returns the dirty jobs whose summaries the batch being
 // prepared carries, sorted: with all every one, otherwise those that
 // gained a process or a communicator since a batch last carried them (or
-// that none did), so that a communicator row is stored in the batch it
+// that none did), so that a communicator reaches the stages in the batch it
 // appeared in, as with every flush carrying summaries, even when it lives
 // a few records only (a communicator's nRanks line before its commId's).
 func (r *Runner) summaryJobs(all bool) []string {

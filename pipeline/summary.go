@@ -1,6 +1,9 @@
 package pipeline
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Verdict is the classification of a communicator or a job, as
 // ARCHITECTURE.md defines it.
@@ -80,8 +83,13 @@ type Evidence struct {
 }
 
 // Unattributed is the CommID of the summary of a job's processes that no
-// communicator line claimed (see Batch.Unattributed).
+// communicator line claimed (see Batch.Unnamed).
 const Unattributed = "unattributed"
+
+// Named reports whether the summary is of a communicator NCCL named with
+// its commId (printed since 2.16), not of processes grouped by the
+// communicator size older versions print, nor of the unattributed ones.
+func (s *CommSummary) Named() bool { return strings.HasPrefix(s.CommID, "0x") }
 
 // CommSummary is what ncclwatch knows about one communicator (or, for logs
 // that print no communicator lines, about the processes it cannot attribute

@@ -300,14 +300,21 @@ func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
 	return r
 }
 
+// runHoldWindows is how many fold windows an open nccl-tests run holds
+// its partition's commit at its first line: a run's table printed among
+// other jobs' lines spans several windows, while a run that never prints
+// its end (a crashed test) must not hold the commit for good.
+const runHoldWindows = 64
+
 // Hold returns the offset below which a partition's offsets may be
 // committed, false when nothing holds them: the first line of its open
 // fold window's rows (or, once the window was sealed, the offset it was
-// sealed at: a replay from there restores the rows), and the first line of an nccl-tests run begun in
-// the partition that may still get rows (not closed, begun fewer than
-// FoldRecords offsets before next), so that a replay reads the run's
-// header again. next is the partition's next offset: a window is complete
-// (and dropped) once next is past its end.
+// sealed at: a replay from there restores the rows), and the first line
+// of an nccl-tests run begun in the partition that may still get rows
+// (not closed, begun fewer than runHoldWindows windows before next), so
+// that a replay reads the run's header again. next is the partition's
+// next offset: a window is complete (and dropped) once next is past its
+// end.
 func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, bool) {
 	pk := partKey{topic, part}
 	hold, ok := int64(0), false
@@ -323,7 +330,7 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 	}
 	runs := a.open[pk][:0]
 	for _, r := range a.open[pk] {
-		if r.closed || !math.IsNaN(r.avg) || next-r.first >= a.cfg.FoldRecords {
+		if r.closed || !math.IsNaN(r.avg) || next-r.first >= runHoldWindows*a.cfg.FoldRecords {
 			continue
 		}
 		runs = append(runs, r)

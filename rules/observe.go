@@ -65,7 +65,7 @@ func (e *Engine) ObserveBatch(b *pipeline.Batch) {
 	}
 	if len(b.Jobs) > 0 {
 		byJob := map[string][]pipeline.CommSummary{}
-		for _, cs := range [][]pipeline.CommSummary{b.Comms, b.Unattributed} {
+		for _, cs := range [][]pipeline.CommSummary{b.Comms, b.Unnamed} {
 			for _, c := range cs {
 				k := pipeline.JobKey(c.Cluster, c.Namespace, c.Job)
 				byJob[k] = append(byJob[k], c)

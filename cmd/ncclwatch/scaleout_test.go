@@ -1,0 +1,242 @@
+package main
+
+// The scale-out fault test: one input, produced with librdkafka (kcat,
+// lz4: what Fluent Bit's Kafka output writes) in chunks while several
+// `ncclwatch run` members of one group consume it and one of them is
+// SIGKILLed and restarted every few seconds (each kill moves partitions
+// and makes members rebuild their state from ClickHouse), compared table
+// by table with one member consuming the same topic without faults.
+// NCCLWATCH_SCALEOUT_LONG=1 runs the long form; NCCLWATCH_SCALEOUT_MEMBERS
+// sets the group's size (3).
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/ncclwatch/pipeline/testenv"
+)
+
+// scaleOutInput returns the records of the test's jobs as kcat input lines
+// (key, tab, Fluent Bit JSON), the jobs' lines interleaved in runs of 1 to
+// 20 lines as pods print concurrently, and the number of records.
+func scaleOutInput(t *testing.T, dir string, nJobs int, jobBytes int64, rng *rand.Rand) []string {
+	t.Helper()
+	jobs := genJobs(t, dir, nJobs, jobBytes)
+	// Real logs: trainer steps of every rank, an nccl-tests table, NCCL
+	// banners before the communicator's lines.
+	jobs["so-megatron"] = "../../testdata/telemetry/026_megatron_core_moe_ep8_throughput_params_norm_warnings_interleaved_a100.log"
+	jobs["so-tests"] = "../../testdata/telemetry/017_nccltests_allreduce_a100_oci_roce_2node_16rank_single_10GiB_row.log"
+	jobs["so-efa"] = corpus + "080_efa_ofi_libfabric_no_gdr_g7e_2node_nccl2.29.2.log"
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range jobs {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	lines := map[string][]string{}
+	for _, job := range names {
+		b, err := os.ReadFile(jobs[job])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines[job] = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	}
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var out []string
+	for len(names) > 0 {
+		i := rng.IntN(len(names))
+		job := names[i]
+		n := min(1+rng.IntN(20), len(lines[job]))
+		m := replayMeta{Job: job, Namespace: "it", Pod: job + "-worker-0", Container: "trainer", Node: "node-" + job}
+		for _, l := range lines[job][:n] {
+			v := fluentBitJSON(nil, []byte(l), t0.Add(time.Duration(len(out))*time.Millisecond), m)
+			out = append(out, job+"\t"+string(v))
+		}
+		if lines[job] = lines[job][n:]; len(lines[job]) == 0 {
+			names = slices.Delete(names, i, i+1)
+		}
+	}
+	return out
+}
+
+// kcatProduce writes records (key, tab, value lines) to topic with kcat,
+// lz4-compressed, waiting for every delivery.
+func kcatProduce(t *testing.T, kcat, broker, topic string, records []string) {
+	t.Helper()
+	cmd := exec.Command(kcat, "-P", "-b", broker, "-t", topic, "-K", "\t", "-z", "lz4", "-X", "linger.ms=5")
+	cmd.Stdin = strings.NewReader(strings.Join(records, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+}
+
+// rebuildTimes returns the "took" of every state rebuild a member logged.
+func rebuildTimes(t *testing.T, logs []string) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			l := sc.Text()
+			if !strings.Contains(l, "state rebuilt from stored events") {
+				continue
+			}
+			_, v, ok := strings.Cut(l, `"took":`)
+			if !ok {
+				continue
+			}
+			v, _, _ = strings.Cut(v, ",")
+			if ms, err := strconv.ParseFloat(strings.TrimSuffix(v, "}"), 64); err == nil {
+				out = append(out, time.Duration(ms*float64(time.Millisecond)))
+			}
+		}
+		f.Close()
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestIntegrationScaleOut(t *testing.T) {
+	long := os.Getenv("NCCLWATCH_SCALEOUT_LONG") == "1"
+	brokers, chAddr := itServers(t)
+	kcat := testenv.Servers(t, "make test sets it: deploy/local/kcat.sh path", "NCCLWATCH_TEST_KCAT")[0]
+	members, kills, nJobs, jobBytes, chunks := 3, 6, 10, int64(128<<10), 40
+	if long {
+		kills, nJobs, jobBytes, chunks = 14, 60, 1<<20, 150
+	}
+	if v := os.Getenv("NCCLWATCH_SCALEOUT_MEMBERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NCCLWATCH_SCALEOUT_MEMBERS=%q: want a count", v)
+		}
+		members = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 32))
+	t.Logf("seed %d, %d members", seed, members)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	control := newITEnv(t, brokers, chAddr, 8)
+	scaled := newITEnv(t, brokers, chAddr, 8)
+	scaled.topic = control.topic
+	records := scaleOutInput(t, dir, nJobs, jobBytes, rng)
+	total := int64(len(records))
+	t.Logf("input: %d records", total)
+
+	pipelineYAML := `pipeline:
+  max_record_bytes: 65536
+  batch:
+    max_rows: 500
+    max_wait: 100ms
+`
+	done := func(e *itEnv) string {
+		if c := committed(t, e); sum(c) != total {
+			return fmt.Sprintf("committed %d of %d: %v", sum(c), total, c)
+		}
+		return ""
+	}
+
+	// The group: members started before the input, which arrives in
+	// chunks, some after a pause longer than fold_idle (partitions go
+	// quiet mid-window), while a member is killed every 2-5 s.
+	procs := make([]*process, members)
+	configs := make([]string, members)
+	addrs := make([]string, members)
+	var logs []string
+	for i := range members {
+		mdir := filepath.Join(dir, fmt.Sprintf("member-%d", i))
+		if err := os.MkdirAll(mdir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		configs[i], addrs[i] = writeRunConfig(t, scaled, mdir, chAddr, pipelineYAML)
+		logs = append(logs, filepath.Join(mdir, "run.log"))
+		procs[i] = startProcess(t, bin, configs[i], logs[i], addrs[i])
+	}
+	dump := func() string {
+		var b strings.Builder
+		for _, p := range procs {
+			b.WriteString(p.dump())
+		}
+		return b.String()
+	}
+	per := (len(records) + chunks - 1) / chunks
+	nextKill := time.Now().Add(time.Duration(2000+rng.IntN(3000)) * time.Millisecond)
+	killed := 0
+	for i := 0; i < len(records); i += per {
+		kcatProduce(t, kcat, brokers[0], control.topic, records[i:min(i+per, len(records))])
+		if rng.IntN(4) == 0 {
+			time.Sleep(1500 * time.Millisecond)
+		} else {
+			time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+		}
+		if killed < kills && time.Now().After(nextKill) {
+			m := rng.IntN(members)
+			procs[m].kill()
+			t.Logf("kill %d: member %d", killed+1, m)
+			procs[m] = startProcess(t, bin, configs[m], logs[m], addrs[m])
+			killed++
+			nextKill = time.Now().Add(time.Duration(2000+rng.IntN(3000)) * time.Millisecond)
+		}
+	}
+	for ; killed < kills; killed++ {
+		time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Millisecond)
+		m := rng.IntN(members)
+		procs[m].kill()
+		t.Logf("kill %d: member %d (input complete)", killed+1, m)
+		procs[m] = startProcess(t, bin, configs[m], logs[m], addrs[m])
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for msg := done(scaled); msg != ""; msg = done(scaled) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group consumed: %s\n%s", msg, dump())
+		}
+		time.Sleep(time.Second)
+	}
+	for _, p := range procs {
+		p.kill()
+	}
+	if d := rebuildTimes(t, logs); len(d) > 0 {
+		t.Logf("%d state rebuilds: min %v, median %v, max %v", len(d), d[0], d[len(d)/2], d[len(d)-1])
+	}
+
+	// The control: one member, the whole topic, no faults.
+	cdir := filepath.Join(dir, "control")
+	if err := os.MkdirAll(cdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config, addr := writeRunConfig(t, control, cdir, chAddr, pipelineYAML)
+	p := startProcess(t, bin, config, filepath.Join(cdir, "run.log"), addr)
+	deadline = time.Now().Add(5 * time.Minute)
+	for msg := done(control); msg != ""; msg = done(control) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the control consumed: %s\n%s", msg, p.dump())
+		}
+		time.Sleep(time.Second)
+	}
+	p.kill()
+
+	for _, table := range storedTables {
+		want := tableRows(t, control.ch, control.db, table)
+		got := tableRows(t, scaled.ch, scaled.db, table)
+		if d := diffRows(got, want); d != "" {
+			t.Errorf("%s: %d rows with %d members under %d kills, %d with one member:\n%s", table, len(got), members, kills, len(want), d)
+		} else {
+			t.Logf("%s: %d rows, equal to one member's", table, len(got))
+		}
+	}
+}
