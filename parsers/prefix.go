@@ -576,10 +576,7 @@ func rayDedupSuffix(line []byte) int {
 	// The blanks before "[repeated" go with it: Ray pads nothing, the
 	// message's own trailing blanks (266: "…/LOC)  [repeated 32x …]") are
 	// not part of it.
-	for i > 0 && (line[i-1] == ' ' || line[i-1] == '\t') {
-		i--
-	}
-	return len(line) - i
+	return len(line) - len(trimRightSpace(line[:i]))
 }
 
 // literalESC matches a colour code whose ESC byte a paste turned into the
