@@ -144,10 +144,6 @@ const (
 func StripPrefix(line []byte) (rest []byte, p Prefix) {
 	p.Rank = -1
 	rest = line
-	if n := rayDedupSuffix(line); n > 0 {
-		rest = line[:len(line)-n]
-		p.Kinds |= 1 << PrefixRayDedup
-	}
 	afterTime := false
 	for {
 		rest = trimBlank(rest)
@@ -156,7 +152,7 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 		}
 		n, kind, rank, host := matchPrefix(rest, afterTime)
 		if n == 0 {
-			return rest, p
+			break
 		}
 		p.Kinds |= 1 << kind
 		if rank >= 0 && p.Rank < 0 {
@@ -168,6 +164,13 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 		afterTime = kind == PrefixTimestamp
 		rest = rest[n:]
 	}
+	// The suffix last: Ray appends it to a message, so only text left
+	// after the prefixes can carry one.
+	if n := rayDedupSuffix(rest); n > 0 {
+		rest = rest[:len(rest)-n]
+		p.Kinds |= 1 << PrefixRayDedup
+	}
+	return rest, p
 }
 
 // matchPrefix returns the length of the prefix at the start of b (which
@@ -556,26 +559,25 @@ const maxRayNotice = 512
 // line (with the blanks around it and the notice that may follow it), or 0.
 func rayDedupSuffix(line []byte) int {
 	end := len(trimRightSpace(line))
-	if end < len(tokRepeated)+len(tokAcross)+1 {
-		return 0
-	}
 	from := max(0, end-len(tokRepeated)-len(tokAcross)-maxRankDigits-maxRayNotice)
-	i := bytes.LastIndex(line[from:end], tokRepeated)
+	i := bytes.LastIndex(line[from:end], tokRepeated[1:])
 	if i < 0 {
 		return 0
 	}
 	i += from
-	j := skipDigits(line, i+len(tokRepeated))
-	if j == i+len(tokRepeated) || !bytes.HasPrefix(line[j:], tokAcross) {
+	if i == 0 || line[i-1] != ' ' && line[i-1] != '\t' || len(trimRightSpace(line[:i])) == 0 {
+		return 0 // no message before it, or glued to a word: message text
+	}
+	j := skipDigits(line, i+len(tokRepeated)-1)
+	if j == i+len(tokRepeated)-1 || !bytes.HasPrefix(line[j:], tokAcross) {
 		return 0
 	}
 	tail := trimBlank(line[j+len(tokAcross) : end])
 	if len(tail) > 0 && !bytes.HasPrefix(tail, tokRayNotice) {
 		return 0
 	}
-	// The blanks before "[repeated" go with it: Ray pads nothing, the
-	// message's own trailing blanks (266: "…/LOC)  [repeated 32x …]") are
-	// not part of it.
+	// The blanks before "[repeated" go with it: the message's own trailing
+	// blanks (266: "…/LOC)  [repeated 32x …]") are not part of it.
 	return len(line) - len(trimRightSpace(line[:i]))
 }
 
@@ -695,7 +697,7 @@ func journaldPrefix(b []byte) (int, []byte) {
 		return 0, nil
 	}
 	i := 4
-	if b[i] == ' ' {
+	if i < len(b) && b[i] == ' ' {
 		i++ // "Dec  4"
 	}
 	j := skipDigits(b, i)
