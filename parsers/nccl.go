@@ -236,12 +236,31 @@ func parseHostPidTid(b []byte, ev *pipeline.Event) {
 		// Hostnames hold neither ':' nor ']'.
 		ev.Host = ev.Host[i+1:]
 	}
+	if i := lastNonHostByte(ev.Host); i >= 0 && i < len(ev.Host)-1 {
+		// Text glued to the header without a blank ("…<0>host-a:12:12",
+		// a torn previous line) is not part of the host: hostnames hold
+		// letters, digits, '-', '.' and '_' only. A name that ends in
+		// another byte ("<cluster_name>", corpus 952's redaction) is kept.
+		ev.Host = ev.Host[i+1:]
+	}
 	if c1 == 0 && start > 0 {
 		// A redaction that left a space before the colon: "NAME :70918:70928"
 		// beside "NAME:70918:70927" (corpus 253) is host NAME.
 		prev := trimRightSpace(b[:start])
 		ev.Host = prev[bytes.LastIndexByte(prev, ' ')+1:]
 	}
+}
+
+// lastNonHostByte returns the index of the last byte of b that no hostname
+// holds, or -1.
+func lastNonHostByte(b []byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		c := b[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || isDigit(c) || c == '-' || c == '.' || c == '_') {
+			return i
+		}
+	}
+	return -1
 }
 
 // parseMessage dispatches on the message text after "NCCL INFO ".

@@ -225,6 +225,21 @@ func parseComm(msg []byte, ev *pipeline.Event) bool {
 	}
 	ev.CommPtr = rest[:sp]
 	parseKV(rest[sp:], ev)
+	if i > 0 && hasPrefix(msg, "bootstrapSplit:") {
+		// "bootstrapSplit: comm %p parent %p rank %d nranks %d color %d …"
+		// (2.20-2.22): every rank of one split prints the same color, so
+		// it names the new communicator before any commId does; Value
+		// carries it (census comm-4dfdef58).
+		if c := bytes.Index(rest, []byte(" color ")); c >= 0 {
+			v := rest[c+len(" color "):]
+			if e := bytes.IndexByte(v, ' '); e >= 0 {
+				v = v[:e]
+			}
+			if isNumber(v) || len(v) > 1 && v[0] == '-' && isNumber(v[1:]) {
+				ev.Value = v
+			}
+		}
+	}
 	if ev.Rank < 0 && ev.NRanks < 0 {
 		return false
 	}

@@ -36,6 +36,17 @@ const (
 	PrefixANSI
 	// PrefixMarkdown is a markdown quote marker "> " from an issue paste (064).
 	PrefixMarkdown
+	// PrefixRayDedup is the suffix Ray's log deduplication (on by default
+	// since Ray 2.x) appends to the line it keeps: " [repeated 15x across
+	// cluster]" (266), possibly followed by its one-time notice "(Ray
+	// deduplicates logs by default. …)". The only decoration at a line's
+	// end: it is the one kind StripPrefix removes from the right.
+	PrefixRayDedup
+	// PrefixKubectl is "kubectl logs --prefix"'s "[pod/name/container] ".
+	PrefixKubectl
+	// PrefixJournald is journald's syslog-style "Dec 04 07:19:43 host
+	// unit[pid]: " (journalctl's default short output).
+	PrefixJournald
 )
 
 // String returns the kind's name as used in metrics and logs.
@@ -61,6 +72,12 @@ func (k PrefixKind) String() string {
 		return "ansi"
 	case PrefixMarkdown:
 		return "markdown"
+	case PrefixRayDedup:
+		return "ray-dedup"
+	case PrefixKubectl:
+		return "kubectl"
+	case PrefixJournald:
+		return "journald"
 	}
 	return "prefix(" + strconv.Itoa(int(k)) + ")"
 }
@@ -90,16 +107,40 @@ const (
 	ncclBodyWindow = 256 // how far into a line to look for "NCCL INFO"
 )
 
-// StripPrefix removes launcher prefixes, ANSI colour codes, timestamps,
-// markdown quote markers and leading blanks from the start of line,
-// repeatedly and in any order, and returns the rest. A line without them
-// comes back unchanged. It never allocates; rest and p.Host alias line.
+// StripPrefix removes the decorations launchers, log collectors and people
+// add to a log line — launcher prefixes, ANSI colour codes, timestamps,
+// console table columns, markdown quote markers and leading blanks from its
+// start, repeatedly and in any order, and Ray's dedup suffix from its end —
+// and returns the rest. A line without them comes back unchanged. It never
+// allocates; rest and p.Host alias line. It is the one place decorations
+// are removed; the forms it knows:
+//
+//	form                                   example                                        kind
+//	torchrun / custom rank tag             [rank3]:  [default0]:  [trainer0|0]:           torchrun
+//	Slurm srun -l                          0:                                             srun
+//	Open MPI --tag-output                  [1,0]<stdout>:                                 mpi
+//	pdsh / mpirun host label               10.3.35.83:  node01:                           host
+//	Ray actor or task tag (stacked too)    (RayTrainWorker pid=3704, ip=10.52.3.7)        ray
+//	  or one torn at its start             WorkerWrapper pid=2361)  (before a header)     ray
+//	Ray Train v2 host tag                  [nccl-e9ef-7d4f-0:2]:                          rank-tag
+//	bare rank tag                          [155]                                          rank-tag
+//	bracketed / ISO / RFC 3339 time        [2026-04-28 14:14:49]  2024-12-04T07:19:43.480Z timestamp
+//	  (kubectl logs --timestamps, Docker, DeepSpeed, logcli)
+//	AWS CloudWatch console table row       | 2024-12-04T07:19:43.480Z | …                  timestamp
+//	Loki logcli / Grafana label set        2024-…Z {pod="w-0", container="c"} …           timestamp
+//	Kibana Discover table time column      Dec 4, 2024 @ 07:19:43.480 …                   timestamp
+//	kubectl logs --prefix                  [pod/train-worker-0/pytorch]                   kubectl
+//	journald short output                  Dec 04 07:19:43 gpu-1 python3[2201]:           journald
+//	ANSI colour, or one that lost its ESC  \x1b[36m  [0m  ESC[36m (a paste's literal text)  ansi
+//	markdown quote                         >                                              markdown
+//	Ray log dedup (at the end)             … [repeated 14x across cluster]                ray-dedup
 //
 // After stripping, an NCCL line starts with its own header
 // "host:pid:tid [dev] NCCL …", or with "NCCL version …" for the unprefixed
 // banner. Each rule looks only at the bytes it strips and those after them
 // (the CloudWatch '|' also at whether a timestamp came just before it), so
-// StripPrefix(rest) returns rest again.
+// StripPrefix(rest) returns rest again. rest is a suffix of line unless
+// p.Has(PrefixRayDedup).
 func StripPrefix(line []byte) (rest []byte, p Prefix) {
 	p.Rank = -1
 	rest = line
@@ -111,7 +152,7 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 		}
 		n, kind, rank, host := matchPrefix(rest, afterTime)
 		if n == 0 {
-			return rest, p
+			break
 		}
 		p.Kinds |= 1 << kind
 		if rank >= 0 && p.Rank < 0 {
@@ -123,6 +164,13 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 		afterTime = kind == PrefixTimestamp
 		rest = rest[n:]
 	}
+	// The suffix last: Ray appends it to a message, so only text left
+	// after the prefixes can carry one.
+	if n := rayDedupSuffix(rest); n > 0 {
+		rest = rest[:len(rest)-n]
+		p.Kinds |= 1 << PrefixRayDedup
+	}
+	return rest, p
 }
 
 // matchPrefix returns the length of the prefix at the start of b (which
@@ -147,6 +195,9 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 		if _, m, ok := scanDateTime(b[1:], true); ok && m+1 < len(b) && b[m+1] == ']' {
 			return m + 2, PrefixTimestamp, -1, nil
 		}
+		if n = kubectlTag(b); n > 0 {
+			return n, PrefixKubectl, -1, nil
+		}
 		if n, rank = rankTag(b); n > 0 {
 			return n, PrefixRankTag, rank, nil
 		}
@@ -156,6 +207,16 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 	case c == '(':
 		if n, host = rayTag(b); n > 0 {
 			return n, PrefixRay, -1, host
+		}
+	case c == 'E':
+		if n = literalESC(b); n > 0 {
+			return n, PrefixANSI, -1, nil
+		}
+	case c == '{':
+		if afterTime {
+			if n = lokiLabels(b); n > 0 {
+				return n, PrefixTimestamp, -1, nil
+			}
 		}
 	case c == '>':
 		if len(b) == 1 || b[1] == ' ' || b[1] == '\t' {
@@ -176,6 +237,16 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 		if _, m, ok := scanDateTime(b, true); ok {
 			return m, PrefixTimestamp, -1, nil
 		}
+	case c >= 'A' && c <= 'S':
+		if n = kibanaTime(b); n > 0 {
+			return n, PrefixTimestamp, -1, nil
+		}
+		if n, host = journaldPrefix(b); n > 0 {
+			return n, PrefixJournald, -1, host
+		}
+	}
+	if n, host = tornRayTag(b); n > 0 {
+		return n, PrefixRay, -1, host
 	}
 	return hostLabel(b)
 }
@@ -359,13 +430,37 @@ func rayTag(b []byte) (int, []byte) {
 	if bytes.IndexByte(in, '(') >= 0 {
 		return 0, nil
 	}
-	// Optional actor name ("RayTrainWorker", or "head," in Ray Train v2's
-	// "(head, rank=0, pid=5634)" of 254), then ", "-separated key=value
-	// pairs, one of them "pid=N".
+	ip, ok := rayAttrs(in)
+	if !ok {
+		return 0, nil
+	}
+	return end + 1, ip
+}
+
+// tornRayTag matches a Ray tag whose start a torn line lost:
+// "WorkerWrapper pid=2361) " before an NCCL header (267). Only an NCCL
+// header after it makes it one: without its '(' the tag is just text.
+func tornRayTag(b []byte) (int, []byte) {
+	end := bytes.IndexByte(b[:min(len(b), maxRayPrefix)], ')')
+	if end < 5 || end+1 >= len(b) || b[end+1] != ' ' || bytes.IndexByte(b[:end], '(') >= 0 {
+		return 0, nil
+	}
+	ip, ok := rayAttrs(b[:end])
+	if !ok || !isNCCLHeader(trimBlank(b[end+1:])) {
+		return 0, nil
+	}
+	return end + 1, ip
+}
+
+// rayAttrs reads the inside of a Ray tag: an optional actor name
+// ("RayTrainWorker", or "head," in Ray Train v2's "(head, rank=0,
+// pid=5634)" of 254), then ", "-separated key=value pairs, one of them
+// "pid=N". It returns the ip, if any, and whether in is such a tag.
+func rayAttrs(in []byte) ([]byte, bool) {
 	if !bytes.HasPrefix(in, []byte("pid=")) {
 		sp := bytes.IndexByte(in, ' ')
 		if sp < 1 || bytes.IndexByte(in[:sp], '=') >= 0 {
-			return 0, nil
+			return nil, false
 		}
 		in = in[sp+1:]
 	}
@@ -381,22 +476,19 @@ func rayTag(b []byte) (int, []byte) {
 		}
 		k, v, ok := bytes.Cut(kv, []byte("="))
 		if !ok || len(k) == 0 || len(v) == 0 || bytes.IndexByte(kv, ' ') >= 0 {
-			return 0, nil
+			return nil, false
 		}
 		switch string(k) {
 		case "pid":
 			if skipDigits(v, 0) != len(v) {
-				return 0, nil
+				return nil, false
 			}
 			pid = true
 		case "ip":
 			ip = v
 		}
 	}
-	if !pid {
-		return 0, nil
-	}
-	return end + 1, ip
+	return ip, pid
 }
 
 // hostRankTag matches a "[host:N]:" tag glued to the NCCL header that
@@ -449,4 +541,191 @@ func StripANSI(dst, line []byte) []byte {
 		i = bytes.IndexByte(line, 0x1b)
 	}
 	return append(dst, line...)
+}
+
+// tokRepeated and tokAcross bound Ray's dedup suffix " [repeated Nx across
+// cluster]"; tokRayNotice starts the notice Ray prints after the first one.
+var (
+	tokRepeated  = []byte(" [repeated ")
+	tokAcross    = []byte("x across cluster]")
+	tokRayNotice = []byte("(Ray deduplicates logs")
+)
+
+// maxRayNotice bounds the dedup notice and what a terminal put after it
+// (its URL, padding and a pager's "[615/4138]").
+const maxRayNotice = 512
+
+// rayDedupSuffix returns the length of Ray's dedup suffix at the end of
+// line (with the blanks around it and the notice that may follow it), or 0.
+func rayDedupSuffix(line []byte) int {
+	end := len(trimRightSpace(line))
+	from := max(0, end-len(tokRepeated)-len(tokAcross)-maxRankDigits-maxRayNotice)
+	i := bytes.LastIndex(line[from:end], tokRepeated[1:])
+	if i < 0 {
+		return 0
+	}
+	i += from
+	if i == 0 || line[i-1] != ' ' && line[i-1] != '\t' || len(trimRightSpace(line[:i])) == 0 {
+		return 0 // no message before it, or glued to a word: message text
+	}
+	j := skipDigits(line, i+len(tokRepeated)-1)
+	if j == i+len(tokRepeated)-1 || !bytes.HasPrefix(line[j:], tokAcross) {
+		return 0
+	}
+	tail := trimBlank(line[j+len(tokAcross) : end])
+	if len(tail) > 0 && !bytes.HasPrefix(tail, tokRayNotice) {
+		return 0
+	}
+	// The blanks before "[repeated" go with it: the message's own trailing
+	// blanks (266: "…/LOC)  [repeated 32x …]") are not part of it.
+	return len(line) - len(trimRightSpace(line[:i]))
+}
+
+// literalESC matches a colour code whose ESC byte a paste turned into the
+// text "ESC" (270: "ESC[36m(RayWorkerVllm pid=4095)ESC[0m ").
+func literalESC(b []byte) int {
+	if !bytes.HasPrefix(b, []byte("ESC[")) {
+		return 0
+	}
+	if n := ansiLeftover(b[3:]); n > 0 {
+		return 3 + n
+	}
+	return 0
+}
+
+// kubectlTag matches "kubectl logs --prefix"'s "[pod/name/container]"
+// (also "[deployment/…]", "[job/…]"): a resource kind, a slash, a name with
+// a slash and a container, and the ']' — followed by a blank.
+func kubectlTag(b []byte) int {
+	end := bytes.IndexByte(b[:min(len(b), maxRayPrefix)], ']')
+	if end < 5 || end+1 >= len(b) || b[end+1] != ' ' {
+		return 0
+	}
+	in := b[1:end]
+	k := bytes.IndexByte(in, '/')
+	if k < 1 || bytes.Count(in, []byte("/")) != 2 || in[len(in)-1] == '/' {
+		return 0
+	}
+	for _, c := range in[:k] {
+		if c < 'a' || c > 'z' {
+			return 0
+		}
+	}
+	for _, c := range in[k+1:] {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '/' || c == '_') {
+			return 0
+		}
+	}
+	return end + 1
+}
+
+// lokiLabels matches the label set logcli and Grafana's Loki export print
+// between the time and the line: "{container="c", pod="w-0"} ". It is
+// taken only right after a timestamp.
+func lokiLabels(b []byte) int {
+	end := bytes.IndexByte(b[:min(len(b), maxRayPrefix)], '}')
+	if end < 4 || end+1 < len(b) && b[end+1] != ' ' && b[end+1] != '\t' ||
+		!bytes.Contains(b[1:end], []byte("=\"")) {
+		return 0
+	}
+	return end + 1
+}
+
+// months are the English month abbreviations journald and Kibana print.
+var months = [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
+
+// monthAt reports whether b starts with a month abbreviation and a blank.
+func monthAt(b []byte) bool {
+	if len(b) < 4 || b[3] != ' ' {
+		return false
+	}
+	for _, m := range months {
+		if string(b[:3]) == m {
+			return true
+		}
+	}
+	return false
+}
+
+// clockAt returns the length of "HH:MM:SS" (with an optional ".fraction")
+// at the start of b, or 0.
+func clockAt(b []byte) int {
+	if len(b) < 8 || b[2] != ':' || b[5] != ':' {
+		return 0
+	}
+	for _, i := range [...]int{0, 1, 3, 4, 6, 7} {
+		if !isDigit(b[i]) {
+			return 0
+		}
+	}
+	n := 8
+	if n+1 < len(b) && b[n] == '.' && isDigit(b[n+1]) {
+		n = skipDigits(b, n+1)
+	}
+	return n
+}
+
+// kibanaTime matches Kibana Discover's time column as a table copy gives it:
+// "Dec 4, 2024 @ 07:19:43.480", then a blank or tab.
+func kibanaTime(b []byte) int {
+	if !monthAt(b) {
+		return 0
+	}
+	i := skipDigits(b, 4)
+	if i == 4 || i-4 > 2 || !bytes.HasPrefix(b[i:], []byte(", ")) {
+		return 0
+	}
+	j := skipDigits(b, i+2)
+	if j-i-2 != 4 || !bytes.HasPrefix(b[j:], []byte(" @ ")) {
+		return 0
+	}
+	n := clockAt(b[j+3:])
+	if n == 0 {
+		return 0
+	}
+	end := j + 3 + n
+	if end < len(b) && b[end] != ' ' && b[end] != '\t' {
+		return 0
+	}
+	return end
+}
+
+// journaldPrefix matches journalctl's short output "Dec 04 07:19:43 host
+// unit[pid]: " (or "unit: ") and returns its length and the host.
+func journaldPrefix(b []byte) (int, []byte) {
+	if !monthAt(b) {
+		return 0, nil
+	}
+	i := 4
+	if i < len(b) && b[i] == ' ' {
+		i++ // "Dec  4"
+	}
+	j := skipDigits(b, i)
+	if j == i || j-i > 2 || j >= len(b) || b[j] != ' ' {
+		return 0, nil
+	}
+	n := clockAt(b[j+1:])
+	if n == 0 || j+1+n >= len(b) || b[j+1+n] != ' ' {
+		return 0, nil
+	}
+	h := j + 2 + n
+	sp := bytes.IndexByte(b[h:min(len(b), h+maxHostLabel)], ' ')
+	if sp < 1 {
+		return 0, nil
+	}
+	host := b[h : h+sp]
+	u := h + sp + 1
+	c := bytes.Index(b[u:min(len(b), u+maxRayPrefix)], []byte(": "))
+	if c < 1 {
+		return 0, nil
+	}
+	unit := b[u : u+c]
+	if o := bytes.IndexByte(unit, '['); o >= 0 {
+		if o == 0 || unit[len(unit)-1] != ']' || skipDigits(unit, o+1) != len(unit)-1 {
+			return 0, nil
+		}
+	} else if bytes.ContainsAny(unit, " []") {
+		return 0, nil
+	}
+	return u + c + 2, host
 }

@@ -301,6 +301,102 @@ var prefixCases = []prefixCase{
 		rank: -1,
 	},
 	{
+		name:  "266 ray dedup suffix",
+		in:    "(RayTrainWorker pid=162057, ip=192.168.0.70) master:162057:169037 [0] NCCL INFO === System : maxBw 1.2 totalBw 12.0 === [repeated 4x across cluster]",
+		want:  "master:162057:169037 [0] NCCL INFO === System : maxBw 1.2 totalBw 12.0 ===",
+		kinds: []PrefixKind{PrefixRay, PrefixRayDedup}, rank: -1, host: "192.168.0.70",
+	},
+	{
+		name:  "266 ray dedup suffix after the message's own blanks",
+		in:    "(RayTrainWorker pid=83500) localhost:83500:84560 [2] NCCL INFO NET/2 :GPU/31000 (3/1.250000/PHB) NET/2 (0/5000.000000/LOC)  [repeated 32x across cluster]",
+		want:  "localhost:83500:84560 [2] NCCL INFO NET/2 :GPU/31000 (3/1.250000/PHB) NET/2 (0/5000.000000/LOC)",
+		kinds: []PrefixKind{PrefixRay, PrefixRayDedup}, rank: -1,
+	},
+	{
+		name:  "262 ray dedup suffix with Ray's notice",
+		in:    "(RayWorkerWrapper pid=1019) INFO 01-29 07:44:20 selector.py:120] Using Flash Attention backend. [repeated 12x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html#log-deduplication for more options.)                [615/4138]",
+		want:  "INFO 01-29 07:44:20 selector.py:120] Using Flash Attention backend.",
+		kinds: []PrefixKind{PrefixRay, PrefixRayDedup}, rank: -1,
+	},
+	{
+		name:  "synthetic ray dedup on the network line",
+		in:    "(RayWorkerWrapper pid=4312, ip=10.0.1.7) gpu-a:4312:4312 [1] NCCL INFO Using network IB [repeated 14x across cluster]",
+		want:  "gpu-a:4312:4312 [1] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixRay, PrefixRayDedup}, rank: -1, host: "10.0.1.7",
+	},
+	{
+		name:  "270 ray colour codes pasted as literal ESC text",
+		in:    "ESC[36m(RayWorkerVllm pid=4095)ESC[0m mwh-deployment-cp2nvtm93l1ljsuft5kg-0:4095:4095 [1] NCCL INFO cudaDriverVersion 12020",
+		want:  "mwh-deployment-cp2nvtm93l1ljsuft5kg-0:4095:4095 [1] NCCL INFO cudaDriverVersion 12020",
+		kinds: []PrefixKind{PrefixANSI, PrefixRay}, rank: -1,
+	},
+	{
+		name:  "267 ray tag torn at its start",
+		in:    "WorkerWrapper pid=2361) k8s19:2361:2361 [0] NCCL INFO Channel",
+		want:  "k8s19:2361:2361 [0] NCCL INFO Channel",
+		kinds: []PrefixKind{PrefixRay}, rank: -1,
+	},
+	{
+		name: "synthetic torn ray tag without a header after it is text",
+		in:   "WorkerWrapper pid=2361) Loading weights took 3.2 s",
+		want: "WorkerWrapper pid=2361) Loading weights took 3.2 s",
+		rank: -1,
+	},
+	{
+		name:  "274 stacked ray tags",
+		in:    "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) spark2:285:285 [0] NCCL INFO P2P Chunksize set to 131072",
+		want:  "spark2:285:285 [0] NCCL INFO P2P Chunksize set to 131072",
+		kinds: []PrefixKind{PrefixRay}, rank: -1, host: "192.168.177.12",
+	},
+	{
+		name:  "279 indented mpirun tag",
+		in:    "        [1,1]<stdout>:multi-node-nccl-test-worker-1:21:26 [0] NCCL INFO P2P Chunksize set to 131072",
+		want:  "multi-node-nccl-test-worker-1:21:26 [0] NCCL INFO P2P Chunksize set to 131072",
+		kinds: []PrefixKind{PrefixMPI}, rank: 1,
+	},
+	{
+		name:  "synthetic cloudwatch console row, Z time",
+		in:    "  | 2024-12-04T07:19:43.480Z | algo-1:18057:18130 [7] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)",
+		want:  "algo-1:18057:18130 [7] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)",
+		kinds: []PrefixKind{PrefixTimestamp}, rank: -1,
+	},
+	{
+		name:  "synthetic kubectl logs --prefix --timestamps",
+		in:    "[pod/train-worker-1/pytorch] 2024-06-10T10:00:00.123456789Z train-worker-1:25:25 [0] NCCL INFO Using network Socket",
+		want:  "train-worker-1:25:25 [0] NCCL INFO Using network Socket",
+		kinds: []PrefixKind{PrefixKubectl, PrefixTimestamp}, rank: -1,
+	},
+	{
+		name:  "synthetic kubectl logs --timestamps",
+		in:    "2024-06-10T10:00:00.123456789Z train-worker-1:25:25 [0] NCCL INFO Using network Socket",
+		want:  "train-worker-1:25:25 [0] NCCL INFO Using network Socket",
+		kinds: []PrefixKind{PrefixTimestamp}, rank: -1,
+	},
+	{
+		name:  "synthetic journald short output",
+		in:    "Dec 04 07:19:43 gpu-node-3 python3[2201]: gpu-node-3:2201:2201 [0] NCCL INFO Using network IB",
+		want:  "gpu-node-3:2201:2201 [0] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixJournald}, rank: -1, host: "gpu-node-3",
+	},
+	{
+		name:  "synthetic logcli / Grafana Loki export",
+		in:    "2024-12-04T07:19:43.480Z {container=\"pytorch\", pod=\"train-worker-0\"} train-worker-0:31:31 [2] NCCL INFO Using network IB",
+		want:  "train-worker-0:31:31 [2] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixTimestamp}, rank: -1,
+	},
+	{
+		name:  "synthetic Kibana Discover table row",
+		in:    "Dec 4, 2024 @ 07:19:43.480\ttrain-worker-0:31:31 [2] NCCL INFO Using network IB",
+		want:  "train-worker-0:31:31 [2] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixTimestamp}, rank: -1,
+	},
+	{
+		name: "synthetic repeated text that is no Ray suffix",
+		in:   "host-a:1:1 [0] NCCL INFO [repeated 3x across cluster] and more",
+		want: "host-a:1:1 [0] NCCL INFO [repeated 3x across cluster] and more",
+		rank: -1,
+	},
+	{
 		name: "synthetic NCCL 2.2 line without the NCCL token",
 		in:   "[0] INFO NET : Using interface ib0:10.0.0.1<0>",
 		want: "[0] INFO NET : Using interface ib0:10.0.0.1<0>",
@@ -408,7 +504,7 @@ func TestStripPrefixCorpus(t *testing.T) {
 		if again, p := StripPrefix(rest); !bytes.Equal(again, rest) || p.Kinds != 0 {
 			t.Errorf("%s: StripPrefix(%q) = %q, %b; want it unchanged", where[i], rest, again, p.Kinds)
 		}
-		if !strings.HasSuffix(l, string(rest)) {
+		if !strings.HasSuffix(string(undecorated(l)), string(rest)) {
 			t.Errorf("%s: rest %q is not a suffix of %q", where[i], rest, l)
 		}
 	}
@@ -508,12 +604,17 @@ func FuzzStripPrefix(f *testing.F) {
 		}
 		line := []byte(s)
 		rest, p := StripPrefix(line)
-		// rest is a suffix of line, aliasing it.
-		if len(rest) > len(line) || !bytes.Equal(line[len(line)-len(rest):], rest) {
-			t.Fatalf("StripPrefix(%q) rest %q is not a suffix", s, rest)
+		// rest lies in line, aliasing it, and ends it unless Ray's dedup
+		// suffix was cut off after it.
+		off, ok := offsetIn(line, rest)
+		if !ok || len(rest) == 0 && p.Has(PrefixRayDedup) {
+			t.Fatalf("StripPrefix(%q) rest %q does not alias line", s, rest)
 		}
-		if len(rest) > 0 && &rest[0] != &line[len(line)-len(rest)] {
-			t.Fatalf("StripPrefix(%q) rest does not alias line", s)
+		if len(rest) > 0 {
+			cut := len(line) - off - len(rest)
+			if p.Has(PrefixRayDedup) != (cut > 0) || cut > 0 && rayDedupSuffix(line[off:]) != cut {
+				t.Fatalf("StripPrefix(%q) rest %q, %+v: %d bytes cut from the end", s, rest, p, cut)
+			}
 		}
 		if !aliases(line, p.Host) {
 			t.Fatalf("StripPrefix(%q) Host %q does not alias line", s, p.Host)
@@ -523,6 +624,11 @@ func FuzzStripPrefix(f *testing.F) {
 		}
 		// Idempotent: what is left has no prefix.
 		if again, q := StripPrefix(rest); !bytes.Equal(again, rest) || q.Kinds != 0 || q.Rank != -1 {
+			// The one exception: a line that ends in two dedup suffixes
+			// keeps the inner one as message text, as Ray wrote it.
+			if q.Kinds == 1<<PrefixRayDedup && p.Has(PrefixRayDedup) {
+				return
+			}
 			t.Fatalf("StripPrefix(StripPrefix(%q)) = %q, %+v; want %q unchanged", s, again, q, rest)
 		}
 		// Compositional: a launcher prefix in front adds its kind and rank
@@ -536,18 +642,48 @@ func FuzzStripPrefix(f *testing.F) {
 			{"[1,5]<stdout>:", PrefixMPI, 5},
 			{"(RayTrainWorker pid=1, ip=10.0.0.1) ", PrefixRay, -1},
 			{"\x1b[0m", PrefixANSI, -1},
+			{"[pod/train-worker-0/pytorch] ", PrefixKubectl, -1},
+			{"2024-06-10T10:00:00.123456789Z ", PrefixTimestamp, -1},
+			{"Dec 04 07:19:43 gpu-node-3 python3[2201]: ", PrefixJournald, -1},
+			{"Dec 4, 2024 @ 07:19:43.480\t", PrefixTimestamp, -1},
+			{"ESC[36m", PrefixANSI, -1},
 		} {
+			if pre.kind == PrefixTimestamp {
+				// After a time, '|' is a console table's column and a
+				// label set is logcli's: both are the time's decoration.
+				if b := trimBlank([]byte(s)); len(b) > 0 && (b[0] == '|' || b[0] == '{') {
+					continue
+				}
+			}
 			r2, q := StripPrefix([]byte(pre.s + s))
 			if !bytes.Equal(r2, rest) || !q.Has(pre.kind) || pre.rank >= 0 && q.Rank != pre.rank {
 				t.Fatalf("StripPrefix(%q) = %q, %+v; want %q with %v rank %d", pre.s+s, r2, q, rest, pre.kind, pre.rank)
 			}
 		}
-		// An NCCL header line is never touched.
+		// An NCCL header line loses at most its Ray dedup suffix.
 		h := "node-1:12:34 [0] NCCL INFO " + s
-		if r3, q := StripPrefix([]byte(h)); string(r3) != h || q.Kinds != 0 {
+		if r3, q := StripPrefix([]byte(h)); string(r3) != string(undecorated(h)) || q.Kinds&^(1<<PrefixRayDedup) != 0 {
 			t.Fatalf("StripPrefix(%q) = %q, %+v; want it unchanged", h, r3, q)
 		}
+		// The dedup suffix Ray appends never changes what is left of an NCCL
+		// line, under a Ray tag or not.
+		if msg := trimRightSpace([]byte(h)); rayDedupSuffix(msg) == 0 {
+			for _, suf := range []string{" [repeated 14x across cluster]", " [repeated 2x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication.)"} {
+				for _, pre := range []string{"", "(RayWorkerWrapper pid=1019, ip=10.0.0.2) "} {
+					r4, q := StripPrefix([]byte(pre + string(msg) + suf))
+					if !bytes.Equal(r4, msg) || !q.Has(PrefixRayDedup) {
+						t.Fatalf("StripPrefix(%q) = %q, %+v; want %q with the dedup suffix gone", pre+string(msg)+suf, r4, q, msg)
+					}
+				}
+			}
+		}
 	})
+}
+
+// undecorated returns l without a trailing Ray dedup suffix; the tests use
+// it to say which part of a line StripPrefix's rest must end.
+func undecorated(l string) []byte {
+	return []byte(l)[:len(l)-rayDedupSuffix([]byte(l))]
 }
 
 // aliases reports whether sub lies inside the memory of b.

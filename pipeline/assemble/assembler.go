@@ -46,6 +46,7 @@ type jobState struct {
 	order       []*proc // insertion order, for stable output
 	comms       map[string]*comm
 	commOrder   []*comm
+	commAlias   map[string]string // split communicators merged into the one a commId names
 	versions    []string
 	ringMembers []int
 	test        testList // the nccl-tests device table
@@ -643,16 +644,29 @@ func (a *Assembler) commLine(j *jobState, p *proc, ev *pipeline.Event) {
 	case len(ev.CommID) > 0:
 		key = "0x" + strings.TrimPrefix(string(ev.CommID), "0x")
 		if ptr != "" {
-			if old := p.ptrComm[ptr]; old != "" && old != key {
-				// The pointer was first seen on a line without a commId
-				// (an nNodes line before Init START): move what it told
-				// to the real communicator.
-				j.moveMember(p, old, key)
+			if old := j.commKey(p.ptrComm[ptr]); old != "" && old != key {
+				if strings.HasPrefix(old, "split ") {
+					// Every member of a split communicator is in the
+					// communicator this commId names.
+					j.mergeComm(old, key)
+				} else {
+					// The pointer was first seen on a line without a
+					// commId (an nNodes line before Init START): move
+					// what it told to the real communicator.
+					j.moveMember(p, old, key)
+				}
 			}
 			p.setPtrComm(ptr, key)
 		}
 	case ptr != "" && p.ptrComm[ptr] != "":
-		key = p.ptrComm[ptr]
+		key = j.commKey(p.ptrComm[ptr])
+	case len(ev.Value) > 0 && ev.NRanks > 0:
+		// A bootstrapSplit line: its color names the communicator every
+		// rank of the split joins, before any commId does.
+		key = j.commKey(fmt.Sprintf("split color=%s nranks=%d", ev.Value, ev.NRanks))
+		if ptr != "" {
+			p.setPtrComm(ptr, key)
+		}
 	case ev.NRanks > 0:
 		// Versions without a commId: the rank/nranks tuple is the only key.
 		key = fmt.Sprintf("nranks=%d", ev.NRanks)
@@ -705,6 +719,61 @@ func (p *proc) setPtrComm(ptr, key string) {
 	}
 	if len(p.ptrComm) < maxSmall {
 		p.ptrComm[ptr] = key
+	}
+}
+
+// commKey resolves a communicator key through the merges mergeComm made.
+func (j *jobState) commKey(k string) string {
+	for range 4 {
+		to, ok := j.commAlias[k]
+		if !ok {
+			break
+		}
+		k = to
+	}
+	return k
+}
+
+// mergeComm moves every member of communicator from into to and makes from
+// an alias of to.
+func (j *jobState) mergeComm(from, to string) {
+	c := j.comms[from]
+	if c == nil {
+		return
+	}
+	t, ok := j.comms[to]
+	if !ok {
+		t = &comm{key: to, nranks: c.nranks, nnodes: c.nnodes, localRanks: c.localRanks, members: make(map[int]string)}
+		j.comms[to] = t
+		j.commOrder = append(j.commOrder, t)
+		j.created++
+	}
+	for r, k := range c.members {
+		if _, taken := t.members[r]; !taken && len(t.members) < maxMembers {
+			t.members[r] = k
+		}
+	}
+	if t.nranks < 0 {
+		t.nranks = c.nranks
+	}
+	for _, pk := range c.procs {
+		if !slices.Contains(t.procs, pk) && len(t.procs) < maxMembers {
+			t.procs = append(t.procs, pk)
+		}
+		if q := j.procs[pk]; q != nil {
+			q.comms = slices.DeleteFunc(q.comms, func(k string) bool { return k == from })
+			if !slices.Contains(q.comms, to) && len(q.comms) < maxSmall {
+				q.comms = append(q.comms, to)
+			}
+		}
+	}
+	delete(j.comms, from)
+	j.commOrder = slices.DeleteFunc(j.commOrder, func(x *comm) bool { return x == c })
+	if j.commAlias == nil {
+		j.commAlias = make(map[string]string)
+	}
+	if len(j.commAlias) < maxSmall {
+		j.commAlias[from] = to
 	}
 }
 

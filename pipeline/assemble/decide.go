@@ -171,8 +171,13 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	hostSet := map[string]bool{}
 	fabric := map[string]bool{}
 	hcaSeen := map[string]bool{}
+	torn := tornHosts(procs)
 	for _, p := range procs {
-		hostSet[p.host] = true
+		if real, ok := torn[p.host]; ok {
+			hostSet[real] = true
+		} else {
+			hostSet[p.host] = true
+		}
 		intra |= p.intra
 		g.add(p.gdr)
 		s.NVLS = s.NVLS || p.nvls

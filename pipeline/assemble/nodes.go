@@ -36,6 +36,7 @@ func nodesOf(procs []*proc, extraIPs []string) (map[*proc]string, int, bool) {
 			break
 		}
 	}
+	torn := tornHosts(procs)
 	for _, p := range procs {
 		for _, ip := range p.ifaceIP {
 			known[ip] = true
@@ -55,6 +56,9 @@ func nodesOf(procs []*proc, extraIPs []string) (map[*proc]string, int, bool) {
 			continue
 		}
 		h := p.host
+		if real, ok := torn[h]; ok {
+			h = real
+		}
 		if h == "" && p.launcherHost != "" {
 			// An empty NCCL hostname (corpus 065) under a launcher label
 			// that names the host (pdsh, mpirun).
@@ -110,6 +114,95 @@ func nodesOf(procs []*proc, extraIPs []string) (map[*proc]string, int, bool) {
 		}
 	}
 	return nodeOf, len(nodes), k8s
+}
+
+// tornHosts maps each hostname that is a tear of another to that other: a
+// header read from a torn or glued line takes the text before it into its
+// host ("86gpu-dev-0342cf21", "nvlsPerRankSigpu-dev-0342cf21" beside the
+// real "gpu-dev-0342cf21"; "found.host-a" after "No device found."), and
+// such a host is no node. A host is a tear when another seen host ends it
+// and the extra leading characters do not end in '-', where two real names
+// ("a-node1", "node1") may differ.
+func tornHosts(procs []*proc) map[string]string {
+	var hosts []string
+	seen := map[string]bool{}
+	for _, p := range procs {
+		if p.host != "" && !seen[p.host] {
+			seen[p.host] = true
+			hosts = append(hosts, p.host)
+		}
+	}
+	torn := map[string]string{}
+	for _, h := range hosts {
+		best := ""
+		for _, g := range hosts {
+			if len(g) >= len(h) || len(g) <= len(best) || !strings.HasSuffix(h, g) {
+				continue
+			}
+			if h[len(h)-len(g)-1] == '-' {
+				continue
+			}
+			best = g
+		}
+		if best != "" {
+			torn[h] = best
+		}
+	}
+	// An empty host whose processes all print under one named host too
+	// lost that name to a tear ("NAME :70918:70928" split from a glued
+	// line, corpus 253): a pid is one process, and a process has one host.
+	if hasEmpty(procs) {
+		named := map[string]map[string]bool{} // pid → named hosts
+		for _, p := range procs {
+			if p.host != "" {
+				if named[p.pid] == nil {
+					named[p.pid] = map[string]bool{}
+				}
+				named[p.pid][p.host] = true
+			}
+		}
+		owner, ok := "", true
+		for _, p := range procs {
+			if p.host != "" {
+				continue
+			}
+			hs := named[p.pid]
+			if len(hs) != 1 {
+				ok = false
+				break
+			}
+			for h := range hs {
+				if owner != "" && owner != h {
+					ok = false
+				}
+				owner = h
+			}
+		}
+		if ok && owner != "" {
+			torn[""] = owner
+		}
+	}
+	// A tear of a tear ends at the real host.
+	for h, g := range torn {
+		for range 4 {
+			next, ok := torn[g]
+			if !ok {
+				break
+			}
+			g = next
+		}
+		torn[h] = g
+	}
+	return torn
+}
+
+func hasEmpty(procs []*proc) bool {
+	for _, p := range procs {
+		if p.host == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func netTrace(procs []*proc) bool {

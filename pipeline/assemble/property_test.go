@@ -1,6 +1,7 @@
 package assemble_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -271,4 +272,86 @@ func firstNetConn(lines []string) (head, net string) {
 		}
 	}
 	return "", ""
+}
+
+// TestPropertyGluedLinesAddNoNode: gluing two lines of a one-host log (the
+// whole of the first, or its last bytes as a torn line leaves them) never
+// makes multi_node true: a host read from a glued header is a tear of the
+// real one, not a node (rule 6, node identity).
+func TestPropertyGluedLinesAddNoNode(t *testing.T) {
+	checked := 0
+	for _, name := range corpusFiles(t) {
+		lines := readLines(t, name)
+		hosts := map[string]bool{}
+		for _, l := range lines {
+			if ev, ok := parse(l); ok && len(ev.Host) > 0 {
+				hosts[string(ev.Host)] = true
+			}
+		}
+		if len(hosts) != 1 {
+			continue
+		}
+		_, before := run(t, lines, nil, pipeline.Expectation{})
+		if before.MultiNode != nil && *before.MultiNode {
+			continue
+		}
+		// At most about 24 glue points a file keep the test quick.
+		step := max(1, (len(lines)-1)/24)
+		for i := 0; i+1 < len(lines); i += step {
+			a := lines[i]
+			for _, head := range []string{a, a[max(0, len(a)-2):], a[max(0, len(a)-13):]} {
+				glued := append(append(append([]string{}, lines[:i]...), head+lines[i+1]), lines[i+2:]...)
+				comms, after := run(t, glued, nil, pipeline.Expectation{})
+				if after.MultiNode != nil && *after.MultiNode {
+					t.Errorf("%s: gluing %q to line %d gives multi_node true (hosts %v); the whole file gives %s",
+						name, head, i+2, hostsOf(comms), show(before.MultiNode))
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 200 {
+		t.Fatalf("only %d glued variants", checked)
+	}
+	t.Logf("%d glued variants", checked)
+}
+
+// TestTornHostIsNoNode: a header whose host took the bytes of a torn line
+// before it ("86gpu-dev-0342cf21", "nvlsPerRankSigpu-dev-0342cf21") is the
+// real host's, while two real names that differ by a leading "a-" are two.
+func TestTornHostIsNoNode(t *testing.T) {
+	lines := []string{
+		"gpu-dev-0342cf21:977:977 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>",
+		"gpu-dev-0342cf21:978:978 [1] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>",
+		"86gpu-dev-0342cf21:977:1040 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+		"nvlsPerRankSigpu-dev-0342cf21:978:1041 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
+		"gpu-dev-0342cf21:977:1040 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+	}
+	comms, s := run(t, lines[:4], nil, pipeline.Expectation{})
+	if s.MultiNode != nil && *s.MultiNode || len(hostsOf(comms)) != 1 {
+		t.Errorf("torn hosts: multi_node %s, hosts %v; want not true, one host", show(s.MultiNode), hostsOf(comms))
+	}
+	if _, s := run(t, lines, nil, pipeline.Expectation{}); s.MultiNode == nil || *s.MultiNode {
+		t.Errorf("torn hosts with nNodes 1: multi_node %s; want false", show(s.MultiNode))
+	}
+	two := []string{
+		"node1:10:10 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+		"a-node1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+	}
+	if _, s := run(t, two, nil, pipeline.Expectation{}); s.MultiNode == nil || !*s.MultiNode {
+		t.Errorf("node1 and a-node1: multi_node %s; want true", show(s.MultiNode))
+	}
+}
+
+// hostsOf returns the hosts the summaries name.
+func hostsOf(comms []pipeline.CommSummary) []string {
+	var hs []string
+	for _, c := range comms {
+		for _, h := range c.Hosts {
+			if !slices.Contains(hs, h) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	return hs
 }
