@@ -40,14 +40,23 @@ type Options struct {
 	Peer bool
 	// KafkaTool runs a Kafka tool class (deploy/local/kafka.sh tool); the
 	// peer's fresh group is reset to the earliest offsets with it.
-	KafkaTool   []string
-	Records     int64
-	Jobs        int
-	Partitions  int
-	Producers   int
-	NCCLShare   float64
-	Seed        uint64
-	RandomSteps bool    // GenConfig.RandomSteps
+	KafkaTool  []string
+	Records    int64
+	Jobs       int
+	Partitions int
+	Producers  int
+	NCCLShare  float64
+	// ShareSet says NCCLShare was chosen: RunShapes then gives it to every
+	// shape, and otherwise each shape's DefaultShare.
+	ShareSet bool
+	Seed     uint64
+	// Shape is the shape of the stream Run produces (ShapeDefault when
+	// empty); RandomSteps is the older name of ShapeRandomSteps.
+	Shape       Shape
+	RandomSteps bool
+	// Concurrent is the number of jobs the cluster shape runs at once; it
+	// has as many jobs in all as fit its records, not Jobs.
+	Concurrent  int
 	LatRate     float64 // records/s offered while latency is measured; 0 skips it
 	LatDuration time.Duration
 	ProduceOnly bool
@@ -66,7 +75,7 @@ type Options struct {
 // DefaultOptions is the benchmark: 1 M records over 64 jobs on 8
 // partitions, 5 % NCCL lines; 20 k records/s for 10 s of latency samples.
 func DefaultOptions() Options {
-	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1,
+	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent,
 		LatRate: 20000, LatDuration: 10 * time.Second, Timeout: 15 * time.Minute,
 		NCCLWatch: "ncclwatch", KafkaTool: []string{"deploy/local/kafka.sh", "tool"}}
 }
@@ -80,9 +89,21 @@ func (o *Options) Validate() error {
 	case len(o.ClickHouse) == 0 && !o.ProduceOnly:
 		bad = append(bad, "--clickhouse: required")
 	}
-	if o.Records <= 0 || o.Jobs <= 0 || o.Partitions <= 0 || o.Producers <= 0 {
-		bad = append(bad, "--records, --jobs, --partitions and --producers must be > 0")
+	if o.Records <= 0 || o.Jobs <= 0 || o.Partitions <= 0 || o.Producers <= 0 || o.Concurrent <= 0 {
+		bad = append(bad, "--records, --jobs, --partitions, --producers and --concurrent must be > 0")
 	}
+	switch {
+	case o.Shape == "" && o.RandomSteps:
+		o.Shape = ShapeRandomSteps
+	case o.Shape == "":
+		o.Shape = ShapeDefault
+	case o.RandomSteps && o.Shape != ShapeRandomSteps:
+		bad = append(bad, "--random-steps is --shape random-steps: not with --shape "+string(o.Shape))
+	}
+	if !slices.Contains(shapes, o.Shape) {
+		bad = append(bad, "--shape: want one of "+strings.Join(ShapeNames(), ", "))
+	}
+	o.RandomSteps = o.Shape == ShapeRandomSteps
 	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 {
 		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate and --latency-duration >= 0")
 	}
@@ -214,6 +235,7 @@ type Report struct {
 	o             Options
 	server        string
 	produce       phase
+	jobs          int // jobs in the backlog
 	peer          *peerResult
 	consume       phase       // ncclwatch run started → its group's lag 0
 	serverPeer    *serverCPU  // the ClickHouse server's CPU during the peer's phase
@@ -233,6 +255,7 @@ type Report struct {
 	stored        string // nccl_events rows as a query sees them
 	steps         string // training_steps rows
 	verdicts      string // job verdicts by kind
+	jobRows       string // job_verdicts rows
 }
 
 // quantile returns the q-quantile of sorted d (nearest rank).
@@ -248,11 +271,14 @@ func quantile(d []time.Duration, q float64) time.Duration {
 func (r *Report) Print(w io.Writer) {
 	o := r.o
 	steps := "every rank prints each step"
-	if o.RandomSteps {
+	switch o.Shape {
+	case ShapeRandomSteps:
 		steps = "random steps"
+	case ShapeCluster:
+		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank", o.Concurrent)
 	}
-	fmt.Fprintf(w, "ncclwatch load: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
-		o.Records, o.Jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
+	fmt.Fprintf(w, "ncclwatch load: shape %s: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
+		o.Shape, o.Records, r.jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
 	fmt.Fprintf(w, "machine: %d CPUs %s/%s %s; broker %s; clickhouse %s %s; topic %s, database %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(o.Brokers, ","),
 		strings.Join(o.ClickHouse, ","), r.server, o.Topic, o.Database)
@@ -334,7 +360,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 		}()
 	}
 	var err error
-	if rep.produce, err = produceBacklog(ctx, o, pcfg); err != nil {
+	if rep.produce, rep.jobs, err = produceBacklog(ctx, o, pcfg); err != nil {
 		return rep, err
 	}
 	_, rep.hwmProduce = procStatus("self")
@@ -439,7 +465,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	if err := svc.stop(); err != nil {
 		return rep, err
 	}
-	rep.stored, rep.steps, rep.verdicts = storedFigures(ctx, ch, o.Database)
+	rep.stored, rep.steps, rep.verdicts, rep.jobRows = storedFigures(ctx, ch, o.Database)
 	return rep, nil
 }
 
@@ -698,9 +724,9 @@ func count(ctx context.Context, ch *sinks.ClickHouse, sql string) (uint64, error
 }
 
 // storedFigures reads back what a query sees: the NCCL rows (FINAL), the
-// training_steps rows and the job verdicts, as a check that the load was
-// stored whole.
-func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored, steps, verdicts string) {
+// training_steps rows and the job verdicts (by verdict and in all), as a
+// check that the load was stored whole.
+func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored, steps, verdicts, jobs string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	figure := func(sql string) string {
@@ -714,17 +740,19 @@ func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored
 	steps = figure("SELECT count() FROM " + db + ".training_steps")
 	rows, err := ch.Query(ctx, "SELECT verdict, count() FROM "+db+".job_verdicts GROUP BY verdict ORDER BY verdict")
 	if err != nil {
-		return stored, steps, err.Error()
+		return stored, steps, err.Error(), "-"
 	}
 	defer rows.Close()
 	var parts []string
+	var total uint64
 	for rows.Next() {
 		var v string
 		var c uint64
 		if err := rows.Scan(&v, &c); err != nil {
-			return stored, steps, err.Error()
+			return stored, steps, err.Error(), "-"
 		}
 		parts = append(parts, fmt.Sprintf("%s %d", v, c))
+		total += c
 	}
-	return stored, steps, strings.Join(parts, ", ")
+	return stored, steps, strings.Join(parts, ", "), strconv.FormatUint(total, 10)
 }

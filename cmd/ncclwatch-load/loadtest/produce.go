@@ -9,15 +9,16 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 )
 
-// produceBacklog produces o.Records records over o.Jobs jobs with
-// o.Producers concurrent producers, as fast as the broker takes them.
-func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (phase, error) {
+// produceBacklog produces o.Records records of o.Shape with o.Producers
+// concurrent producers, as fast as the broker takes them, and returns the
+// number of jobs they hold.
+func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (phase, int, error) {
 	prod, err := kafka.NewProducer(pcfg)
 	if err != nil {
-		return phase{}, err
+		return phase{}, 0, err
 	}
 	defer prod.Close()
-	var records, size atomic.Int64
+	var records, size, jobs atomic.Int64
 	errs := make(chan error, o.Producers)
 	start, cpu0 := time.Now(), selfCPU()
 	stamp := func() time.Time { return time.Now() }
@@ -25,25 +26,16 @@ func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (
 		go func() {
 			errs <- func() error {
 				c := newChunker(prod, pcfg.BatchSize)
-				for j := w; j < o.Jobs; j += o.Producers {
-					n := o.Records / int64(o.Jobs)
-					if int64(j) < o.Records%int64(o.Jobs) {
-						n++
-					}
-					if n == 0 {
-						continue
-					}
-					job := JobName("load", j)
-					err := genRecords(o.Seed, j, job, o.NCCLShare, o.RandomSteps, n, stamp, func(rec []byte) error {
-						return c.add(ctx, job, rec)
-					})
-					if err == nil {
-						err = c.flush(ctx)
-					}
-					if err != nil {
-						return err
-					}
+				n, err := backlogPart(o, w, stamp, func(job string, rec []byte) error {
+					return c.add(ctx, job, rec)
+				})
+				if err == nil {
+					err = c.flush(ctx)
 				}
+				if err != nil {
+					return err
+				}
+				jobs.Store(int64(n)) // every producer walks the whole backlog
 				records.Add(c.records)
 				size.Add(c.bytes)
 				return nil
@@ -56,7 +48,7 @@ func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (
 			first = err
 		}
 	}
-	return phase{records: records.Load(), bytes: size.Load(), wall: time.Since(start), cpu: selfCPU() - cpu0}, first
+	return phase{records: records.Load(), bytes: size.Load(), wall: time.Since(start), cpu: selfCPU() - cpu0}, int(jobs.Load()), first
 }
 
 // chunker collects records into produce calls of up to size messages in
@@ -119,42 +111,37 @@ func producePaced(ctx context.Context, o Options, pcfg kafka.ProducerConfig, lat
 	}
 	defer prod.Close()
 	total := int64(o.LatRate * o.LatDuration.Seconds())
-	perJob := max(total/int64(o.Jobs), 1)
 	// One produce call per 10 ms of records, as a log shipper flushes.
 	quantum := max(int64(o.LatRate/100), 1)
 	c := newChunker(prod, math.MaxInt)
 	start := time.Now()
 	var made int64
-	for j := 0; made < total; j++ {
-		job := JobName("latency", j%o.Jobs)
-		n := min(perJob, total-made)
-		var stamp time.Time
-		now := func() time.Time { stamp = time.Now(); return stamp }
-		err := genRecords(o.Seed+1, j, job, o.NCCLShare, o.RandomSteps, n, now, func(rec []byte) error {
-			made++
-			lat.add(job, stamp)
-			if err := c.add(ctx, job, rec); err != nil {
-				return err
-			}
-			if made%quantum != 0 {
-				return nil
-			}
-			if err := c.flush(ctx); err != nil {
-				return err
-			}
-			due := start.Add(time.Duration(float64(made) / o.LatRate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(d):
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return c.records, err
+	var stamp time.Time
+	now := func() time.Time { stamp = time.Now(); return stamp }
+	err = pacedStream(o, total, now, func(job string, rec []byte) error {
+		made++
+		lat.add(job, stamp)
+		if err := c.add(ctx, job, rec); err != nil {
+			return err
 		}
+		if made%quantum != 0 {
+			return nil
+		}
+		if err := c.flush(ctx); err != nil {
+			return err
+		}
+		due := start.Add(time.Duration(float64(made) / o.LatRate * float64(time.Second)))
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return c.records, err
 	}
 	if err := c.flush(ctx); err != nil {
 		return c.records, err

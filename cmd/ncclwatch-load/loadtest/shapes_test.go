@@ -1,0 +1,94 @@
+package loadtest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+)
+
+// TestDefaultShapesUnchanged checks that the default and random-steps
+// shapes are the bytes they were before shapes existed, for the same seed:
+// the SHA-256 of their output was taken from the generator as it was then
+// (commit e2858ba), so figures measured on them stay comparable.
+func TestDefaultShapesUnchanged(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     func(*GenConfig)
+		want    string
+		wantLen int
+	}{
+		{"raw IB", func(*GenConfig) {}, "8782b3e6f2598f11ee5eb5c3be201ed681904f141442694361e57f572f385277", 1048625},
+		{"shape default", func(c *GenConfig) { c.Shape = ShapeDefault }, "8782b3e6f2598f11ee5eb5c3be201ed681904f141442694361e57f572f385277", 1048625},
+		{"random steps", func(c *GenConfig) { c.RandomSteps = true }, "e9939451809fcefd81f5671fc24782837258dec0ebf091ac5cff2996db7ad7e1", 1048834},
+		{"shape random-steps", func(c *GenConfig) { c.Shape = ShapeRandomSteps }, "e9939451809fcefd81f5671fc24782837258dec0ebf091ac5cff2996db7ad7e1", 1048834},
+		{"fluentbit", func(c *GenConfig) { c.Format = "fluentbit" }, "70ed92021cb3826fd84ddfc310db84a4201d225a104a8501f3de019dfd09a6ab", 1048681},
+		{"socket", func(c *GenConfig) { c.Network = "Socket" }, "e7f985ff9ed5d76755ae4b4a48195a622d2b73cbb1860cfe5609d25dcedfb074", 1048671},
+	} {
+		cfg := DefaultGenConfig()
+		cfg.Bytes = 1 << 20
+		tc.cfg(&cfg)
+		var buf bytes.Buffer
+		if _, err := Generate(&buf, cfg); err != nil {
+			t.Fatalf("%s: Generate = %v", tc.name, err)
+		}
+		sum := sha256.Sum256(buf.Bytes())
+		if got := hex.EncodeToString(sum[:]); got != tc.want || buf.Len() != tc.wantLen {
+			t.Errorf("%s: Generate wrote %d bytes, sha256 %s; want %d bytes, %s", tc.name, buf.Len(), got, tc.wantLen, tc.want)
+		}
+	}
+	// The benchmark's records: the first 3 000 of jobs 0-4, seed 1.
+	for _, tc := range []struct {
+		shape Shape
+		want  string
+	}{
+		{ShapeDefault, "c2714eb7a50d55ab2b5bb801af31d8aeeca29f45e3e4540f58c01d02bc9142e7"},
+		{ShapeRandomSteps, "6953406f072a662f19412f2e56bd747feceda3358f7fbb306ad3021c084b1e4c"},
+	} {
+		o := Options{Shape: tc.shape, Seed: 1, Jobs: 5, Producers: 1, Records: 5 * 3000, NCCLShare: 0.05}
+		h := sha256.New()
+		n, err := backlogPart(o, 0, nil, func(job string, rec []byte) error {
+			if !bytes.Contains(rec, []byte(job)) {
+				t.Fatalf("%s: record of job %s does not name it: %s", tc.shape, job, rec)
+			}
+			h.Write(rec)
+			h.Write([]byte{'\n'})
+			return nil
+		})
+		if err != nil || n != 5 {
+			t.Fatalf("%s: backlogPart = %d jobs, %v; want 5 jobs", tc.shape, n, err)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != tc.want {
+			t.Errorf("%s: backlog records sha256 %s; want %s", tc.shape, got, tc.want)
+		}
+	}
+}
+
+func TestParseShapes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []Shape
+		err  bool
+	}{
+		{"all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster}, false},
+		{"cluster", []Shape{ShapeCluster}, false},
+		{"cluster, default,cluster", []Shape{ShapeCluster, ShapeDefault}, false},
+		{"default,all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster}, false},
+		{"inspector", nil, true},
+		{"", nil, true},
+	} {
+		got, err := ParseShapes(tc.in)
+		if (err != nil) != tc.err || strings.Join(shapeStrings(got), ",") != strings.Join(shapeStrings(tc.want), ",") {
+			t.Errorf("ParseShapes(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func shapeStrings(s []Shape) []string {
+	var out []string
+	for _, x := range s {
+		out = append(out, string(x))
+	}
+	return out
+}
