@@ -1,10 +1,12 @@
 // Package loadtest is the project's load benchmark and its input
 // generator, kept out of the product's command package: a seeded synthetic
 // training log (trainer output with NCCL init lines of multi-node jobs) as
-// raw text or Fluent Bit records, and a harness that produces it into a real
-// Kafka topic and times ncclwatch run, and ClickHouse's own Kafka engine as
-// a peer, consuming it. cmd/ncclwatch-load is its command line and
-// deploy/local/load.sh its entry.
+// raw text or Fluent Bit records, in shapes (shapes.go: one job's log whose
+// every rank prints each step, every line a step of its own, or a
+// cluster's stream of many jobs, cluster.go), and a harness that produces
+// it into a real Kafka topic and times ncclwatch run, and ClickHouse's own
+// Kafka engine as a peer, consuming it. cmd/ncclwatch-load is its command
+// line and deploy/local/load.sh its entry.
 package loadtest
 
 import (

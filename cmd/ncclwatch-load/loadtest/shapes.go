@@ -199,12 +199,16 @@ func PrintTable(w io.Writer, reps []*Report) {
 		if r.consume.wall > 0 {
 			rate, cpu = fmt.Sprintf("%.0f", r.consume.rate()), fmt.Sprintf("%.1f", r.consume.cpu.Seconds())
 		}
+		rss := "-"
+		if m := max(r.maxRSSConsume, r.maxRSSLatency); m > 0 {
+			rss = fmt.Sprintf("%.0f", mb(m))
+		}
 		server := "-"
 		if c := r.serverConsume; c != nil {
 			server = fmt.Sprintf("%.1f", (c.user + c.sys).Seconds())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", r.o.Shape, r.produce.records, r.jobs,
-			orDash(r.stored), orDash(r.steps), orDash(r.jobRows), rate, peer, ratio, mb(max(r.maxRSSConsume, r.maxRSSLatency)), cpu, server)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.o.Shape, r.produce.records, r.jobs,
+			orDash(r.stored), orDash(r.steps), orDash(r.jobRows), rate, peer, ratio, rss, cpu, server)
 	}
 	_ = tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDefaultShapesUnchanged checks that the default and random-steps
@@ -91,4 +92,37 @@ func shapeStrings(s []Shape) []string {
 		out = append(out, string(x))
 	}
 	return out
+}
+
+// TestPrintTable checks the table of shapes: one row per report with its
+// figures, the ratio of ncclwatch's records/s to the peer's, and "-" for
+// what was not measured.
+func TestPrintTable(t *testing.T) {
+	reps := []*Report{
+		{o: Options{Shape: ShapeDefault}, produce: phase{records: 3_000_000}, jobs: 64,
+			consume: phase{records: 3_000_000, wall: 4 * time.Second, cpu: 9 * time.Second},
+			peer:    &peerResult{phase: phase{records: 3_000_000, wall: 12 * time.Second}},
+			stored:  "150000", steps: "187000", jobRows: "64", maxRSSConsume: 250e6, maxRSSLatency: 280e6,
+			serverConsume: &serverCPU{user: 2 * time.Second, sys: time.Second}},
+		{o: Options{Shape: ShapeCluster}, produce: phase{records: 3_000_000}, jobs: 453,
+			consume: phase{records: 3_000_000, wall: 5 * time.Second, cpu: 11 * time.Second},
+			stored:  "184000", steps: "1730000"},
+	}
+	var b bytes.Buffer
+	PrintTable(&b, reps)
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("PrintTable wrote %d lines; want a header and 2 rows:\n%s", len(lines), b.String())
+	}
+	for i, want := range [][]string{
+		{"shape", "records", "nccl_events", "training_steps", "job_verdicts", "ncclwatch rec/s", "peer rec/s", "ratio", "max RSS MB", "CPU-s", "server CPU-s"},
+		{"default", "3000000", "64", "150000", "187000", "750000", "250000", "3.00x", "280", "9.0", "3.0"},
+		{"cluster", "3000000", "453", "184000", "1730000", "600000", "-  ", "11.0"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i]+" ", w) {
+				t.Errorf("table line %d lacks %q:\n%s", i, w, b.String())
+			}
+		}
+	}
 }
