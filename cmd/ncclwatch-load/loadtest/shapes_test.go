@@ -126,3 +126,39 @@ func TestPrintTable(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogParts checks that the producers' parts of a backlog hold
+// o.Records records together, each job in one part only, for every shape;
+// and that the latency phase's stream has its total records.
+func TestBacklogParts(t *testing.T) {
+	for _, sh := range shapes {
+		o := Options{Shape: sh, Seed: 1, Jobs: 8, Producers: 3, Records: 30000, NCCLShare: sh.DefaultShare(), Concurrent: DefaultConcurrent}
+		owner := map[string]int{}
+		var total int64
+		jobs := -1
+		for w := range o.Producers {
+			n, err := backlogPart(o, w, nil, func(job string, rec []byte) error {
+				if p, ok := owner[job]; ok && p != w {
+					t.Fatalf("%s: job %s in the parts of producers %d and %d", sh, job, p, w)
+				}
+				owner[job] = w
+				total++
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if jobs >= 0 && n != jobs {
+				t.Errorf("%s: producer %d says %d jobs, another %d", sh, w, n, jobs)
+			}
+			jobs = n
+		}
+		if total != o.Records || len(owner) != jobs {
+			t.Errorf("%s: %d records of %d jobs in the parts; want %d records, %d jobs", sh, total, len(owner), o.Records, jobs)
+		}
+		var paced int64
+		if err := pacedStream(o, 5000, nil, func(job string, rec []byte) error { paced++; return nil }); err != nil || paced != 5000 {
+			t.Errorf("%s: latency stream of %d records, %v; want 5000", sh, paced, err)
+		}
+	}
+}
