@@ -8,6 +8,23 @@
 //
 //	ncclwatch-load [flags]          the benchmark
 //	ncclwatch-load gen [flags]      write a synthetic training log
+//
+// The stream comes in shapes (--shape, for both):
+//
+//	default       64 jobs whose every rank prints each step's progress line
+//	random-steps  every trainer line a step of its own (--random-steps)
+//	cluster       ~24 jobs running at once, jobs of 1-8 nodes starting and
+//	              ending (about one per 7 000 records), six trainers each
+//	              printing on one rank or on every rank, NCCL init per job,
+//	              warnings and data-loader noise; 5.8 % NCCL lines
+//
+// --shape takes a list or "all": every shape then runs in turn, each on a
+// fresh topic and database with its peer, and a table of them all ends
+// the output:
+//
+//	ncclwatch-load --peer --records 3000000 --shape all ...
+//	ncclwatch-load gen --shape cluster --size 300MB -o /tmp/cluster.log
+//	ncclwatch scan --json /tmp/cluster.log
 package main
 
 import (
@@ -81,11 +98,14 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "training jobs (record keys) the stream is spread over")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions of the topic")
 	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent producers for the backlog")
-	fs.Float64Var(&o.NCCLShare, "nccl-share", o.NCCLShare, "fraction of lines that are NCCL lines")
+	fs.Float64Var(&o.NCCLShare, "nccl-share", o.NCCLShare, "fraction of lines that are NCCL lines, for every shape (default: each shape's, 0.05; 0.058 for cluster)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "random seed: the same seed gives the same stream")
 	fs.Float64Var(&o.LatRate, "latency-rate", o.LatRate, "records/s offered while record-to-row latency is measured (0: skip)")
 	fs.DurationVar(&o.LatDuration, "latency-duration", o.LatDuration, "how long latency is measured")
-	fs.BoolVar(&o.RandomSteps, "random-steps", false, "random step numbers and a random trainer per line (the stream before issue 9)")
+	shape := fs.String("shape", "", "stream shapes to run, comma-separated, each with its peer and on a topic of its own: "+
+		strings.Join(loadtest.ShapeNames(), ", ")+" or all (default: default); several print one table of them at the end")
+	fs.IntVar(&o.Concurrent, "concurrent", o.Concurrent, "jobs running at once in the cluster shape (its jobs in all are as many as fit --records)")
+	fs.BoolVar(&o.RandomSteps, "random-steps", false, "the same as --shape random-steps")
 	fs.BoolVar(&o.ProduceOnly, "produce-only", false, "only produce the backlog (for an external `ncclwatch run`)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the database and the topic at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of ncclwatch run's consume phase to this file")
@@ -110,6 +130,23 @@ flags:`)
 		return code
 	}
 	o.KafkaTool = strings.Fields(*kafkaTool)
+	o.ShareSet = flagSet(fs, "nccl-share")
+	list := []loadtest.Shape{loadtest.ShapeDefault}
+	switch {
+	case *shape != "":
+		var err error
+		if list, err = loadtest.ParseShapes(*shape); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch-load: --shape:", err)
+			return 2
+		}
+		if o.RandomSteps && (len(list) != 1 || list[0] != loadtest.ShapeRandomSteps) {
+			fmt.Fprintln(stderr, "ncclwatch-load: --random-steps is --shape random-steps: give one of them")
+			return 2
+		}
+	case o.RandomSteps:
+		list = []loadtest.Shape{loadtest.ShapeRandomSteps}
+	}
+	o.Shape = list[0]
 	if len(o.Brokers) == 0 {
 		_ = listFlag{&o.Brokers}.Set(os.Getenv("NCCLWATCH_BROKERS"))
 	}
@@ -122,15 +159,17 @@ flags:`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := loadtest.Run(ctx, o, stderr)
-	if rep != nil {
-		rep.Print(stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "ncclwatch-load:", err)
+	if _, err := loadtest.RunShapes(ctx, o, list, stdout, stderr); err != nil {
 		return 1
 	}
 	return 0
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func runGen(args []string, stdout, stderr io.Writer) int {
@@ -139,12 +178,14 @@ func runGen(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed: the same seed gives the same bytes")
 	size := fs.String("size", "64MB", "approximate output size (B, KB, MB, GB)")
-	fs.Float64Var(&cfg.NCCLShare, "nccl-share", cfg.NCCLShare, "fraction of lines that are NCCL lines")
+	fs.Float64Var(&cfg.NCCLShare, "nccl-share", cfg.NCCLShare, "fraction of lines that are NCCL lines (default: the shape's, 0.05; 0.058 for cluster)")
 	fs.StringVar(&cfg.Format, "format", cfg.Format, "raw or fluentbit")
-	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job")
-	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node")
-	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB or Socket")
-	fs.BoolVar(&cfg.RandomSteps, "random-steps", false, "random step numbers and a random trainer per line (the stream before issue 9)")
+	shape := fs.String("shape", string(loadtest.ShapeDefault), "stream shape: "+strings.Join(loadtest.ShapeNames(), ", "))
+	fs.IntVar(&cfg.Concurrent, "concurrent", loadtest.DefaultConcurrent, "jobs running at once (cluster shape)")
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job (default and random-steps shapes)")
+	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node (default and random-steps shapes)")
+	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB, RoCE, EFA or Socket (default and random-steps shapes)")
+	fs.BoolVar(&cfg.RandomSteps, "random-steps", false, "the same as --shape random-steps")
 	out := fs.String("o", "-", "output file, - for stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ncclwatch-load gen [flags]  — write a seeded synthetic training log (trainer output with NCCL lines)")
@@ -159,6 +200,17 @@ func runGen(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Bytes = n
+	cfg.Shape = loadtest.Shape(*shape)
+	if cfg.RandomSteps && flagSet(fs, "shape") && cfg.Shape != loadtest.ShapeRandomSteps {
+		fmt.Fprintln(stderr, "ncclwatch-load gen: --random-steps is --shape random-steps: give one of them")
+		return 2
+	}
+	if cfg.RandomSteps {
+		cfg.Shape = loadtest.ShapeRandomSteps
+	}
+	if !flagSet(fs, "nccl-share") {
+		cfg.NCCLShare = cfg.Shape.DefaultShare()
+	}
 	if cfg.Format != "raw" && cfg.Format != "fluentbit" {
 		fmt.Fprintln(stderr, "ncclwatch-load gen: --format: want raw or fluentbit")
 		return 2

@@ -9,6 +9,10 @@
 # `ncclwatch-load --peer --records N` once per RECORDS (default: 1000000
 # 3000000), printing each report: ClickHouse's Kafka engine and then
 # `ncclwatch run` consume the same fresh topic, and the ratio is printed.
+# SHAPES="default random-steps cluster" (or SHAPES=all) runs each stream
+# shape in turn in one invocation per RECORDS, each on a fresh topic with
+# its peer, and ends with one table of them all (shape, records, rows per
+# table, ncclwatch and peer records/s, ratio, max RSS, CPU-s).
 # LOAD_FLAGS go to every run, e.g. `-- --jobs 128 --partitions 16 --config
 # tuned.yaml` (PEER=0 drops --peer); see `ncclwatch-load -h`. The report
 # has the local server's and broker's CPU when clickhouse.sh's and
@@ -19,6 +23,7 @@
 # env: KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CLICKHOUSE_PORT (9000)
 #      CLICKHOUSE_HTTP_PORT (8123), as for the server scripts;
 #      NCCLWATCH_BIN, NCCLWATCH_LOAD_BIN (built when unset); PEER (1);
+#      SHAPES (unset: the default shape; a list of shapes or all);
 #      KEEP_SERVERS=1 leaves servers this script started running;
 #      TMPDIR (/tmp) holds the servers' data: TMPDIR=/dev/shm puts it in
 #      RAM (the `disk:` line says where it is and warns of an ext4 without
@@ -35,6 +40,7 @@ export CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-9000}"
 export CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-8123}"
 KEEP_SERVERS="${KEEP_SERVERS:-}"
 PEER="${PEER:-1}"
+SHAPES="${SHAPES:-}"
 
 counts=()
 while [[ $# -gt 0 && "$1" != "--" ]]; do
@@ -82,6 +88,8 @@ if [[ -z "$LOAD_BIN" ]]; then
 fi
 peer=()
 [[ "$PEER" == 1 ]] && peer=(--peer --kafka-tool "$HERE/kafka.sh tool")
+# SHAPES is blank- or comma-separated; --shape takes commas.
+[[ -n "$SHAPES" ]] && peer+=(--shape "$(tr -s ' ' ',' <<<"$SHAPES" | sed 's/^,//; s/,$//')")
 # The local server's pid (clickhouse.sh's pid file): the report gives its
 # CPU during each consume phase.
 data_dir="$(run_dir clickhouse "$CLICKHOUSE_PORT")"

@@ -1,10 +1,12 @@
 // Package loadtest is the project's load benchmark and its input
 // generator, kept out of the product's command package: a seeded synthetic
 // training log (trainer output with NCCL init lines of multi-node jobs) as
-// raw text or Fluent Bit records, and a harness that produces it into a real
-// Kafka topic and times ncclwatch run, and ClickHouse's own Kafka engine as
-// a peer, consuming it. cmd/ncclwatch-load is its command line and
-// deploy/local/load.sh its entry.
+// raw text or Fluent Bit records, in shapes (shapes.go: one job's log whose
+// every rank prints each step, every line a step of its own, or a
+// cluster's stream of many jobs, cluster.go), and a harness that produces
+// it into a real Kafka topic and times ncclwatch run, and ClickHouse's own
+// Kafka engine as a peer, consuming it. cmd/ncclwatch-load is its command
+// line and deploy/local/load.sh its entry.
 package loadtest
 
 import (
@@ -34,7 +36,15 @@ type GenConfig struct {
 	// and draws each line's trainer anew: the stream before issue 9, kept
 	// to compare with. Otherwise the job runs one trainer whose every rank
 	// prints each step's progress line in turn, steps counting up.
+	// Shape ShapeRandomSteps sets it too.
 	RandomSteps bool
+	// Shape is the stream's shape (ShapeDefault when empty): the one job
+	// above, or ShapeCluster, many jobs of many trainers (cluster.go),
+	// for which Nodes, GPUs and Network do not apply.
+	Shape Shape
+	// Concurrent is the number of jobs the cluster shape runs at once
+	// (DefaultConcurrent when 0).
+	Concurrent int
 }
 
 // DefaultGenConfig is a 64 MB raw log of a 2-node, 8-GPU IB job with 5 %
@@ -67,21 +77,24 @@ var otherLines = [...]int{3, 5}
 // otherShare is the share of trainer lines that are not progress lines.
 const otherShare = 0.15
 
-// ncclTemplates are NCCL init lines of current releases; {h} {p} {t} {d} {r}
-// {n} {ip} {peer} are filled per rank.
+// ncclTemplates are NCCL init lines of current releases, by the network the
+// job uses; {h} {p} {t} {d} {r} {n} {nn} {g} {ip} {peer} {next} {nd} {cid}
+// are filled per rank (fillNCCL). The RoCE and EFA lines are those of
+// NCCL 2.27.5 with RoCE NICs and of the AWS OFI plugin (testdata/corpus
+// 068-071, 081-082).
 var ncclTemplates = map[string][]string{
 	"IB": {
 		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
 		"{h}:{p}:{p} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9",
 		"{h}:{p}:{p} [{d}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB [RO]; OOB eth0:{ip}<0>",
 		"{h}:{p}:{p} [{d}] NCCL INFO Using network IB",
-		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0xde4443395863ef4a - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init START",
 		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
 		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/IB/0/GDRDMA",
 		"{h}:{p}:{t} [{d}] NCCL INFO Channel 01/0 : {r}[{d}] -> {peer}[{d}] [send] via NET/IB/0/GDRDMA",
 		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/CUMEM",
 		"{h}:{p}:{p} [{d}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
-		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0xde4443395863ef4a - Init COMPLETE",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init COMPLETE",
 	},
 	"Socket": {
 		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
@@ -89,20 +102,60 @@ var ncclTemplates = map[string][]string{
 		"{h}:{p}:{p} [{d}] NCCL INFO NET/IB : No device found.",
 		"{h}:{p}:{p} [{d}] NCCL INFO NET/Socket : Using [0]eth0:{ip}<0>",
 		"{h}:{p}:{p} [{d}] NCCL INFO Using network Socket",
-		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0x0b3f2a17c90e4d21 - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init START",
 		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
 		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/Socket/0",
 		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/CUMEM",
-		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId 0x0b3f2a17c90e4d21 - Init COMPLETE",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init COMPLETE",
+	},
+	"RoCE": {
+		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9",
+		"{h}:{p}:{p} [{d}] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [2]mlx5_2:1/RoCE [3]mlx5_3:1/RoCE [RO]; OOB eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO Using network IB",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/IB/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 01/0 : {r}[{d}] -> {peer}[{d}] [send] via NET/IB/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/IPC",
+		"{h}:{p}:{p} [{d}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init COMPLETE",
+	},
+	"EFA": {
+		"{h}:{p}:{p} [{d}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
+		"{h}:{p}:{p} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/OFI Using aws-ofi-nccl 1.6.0",
+		"{h}:{p}:{p} [{d}] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)",
+		"{h}:{p}:{p} [{d}] NCCL INFO Using network AWS Libfabric",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init START",
+		"{h}:{p}:{p} [{d}] NCCL INFO comm 0x55a2{r}46d0 rank {r} nRanks {n} nNodes {nn} localRanks {g} localRank {d} MNNVL 0",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {peer}[{d}] -> {r}[{d}] [receive] via NET/AWS Libfabric/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 01/0 : {r}[{d}] -> {peer}[{d}] [send] via NET/AWS Libfabric/0/GDRDMA",
+		"{h}:{p}:{t} [{d}] NCCL INFO Channel 02/0 : {r}[{d}] -> {next}[{nd}] via P2P/CUMEM",
+		"{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55a2{r}46d0 rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId 18000 commId {cid} - Init COMPLETE",
 	},
 }
+
+// genCommID is the commId of Generate's one job, by network.
+var genCommID = map[string]string{"IB": "0xde4443395863ef4a", "Socket": "0x0b3f2a17c90e4d21",
+	"RoCE": "0x7c1e90a45b2d3f86", "EFA": "0x3a9d51e7c20b4f18"}
 
 // Generate writes a synthetic mixed stream to w and returns the bytes
 // written.
 func Generate(w io.Writer, cfg GenConfig) (int64, error) {
+	switch cfg.Shape {
+	case "", ShapeDefault:
+	case ShapeRandomSteps:
+		cfg.RandomSteps = true
+	case ShapeCluster:
+		return generateCluster(w, cfg)
+	default:
+		return 0, fmt.Errorf("gen: shape %q: want one of %s", cfg.Shape, strings.Join(ShapeNames(), ", "))
+	}
 	tpl, ok := ncclTemplates[cfg.Network]
 	if !ok {
-		return 0, fmt.Errorf("gen: network %q: want IB or Socket", cfg.Network)
+		return 0, fmt.Errorf("gen: network %q: want IB, RoCE, EFA or Socket", cfg.Network)
 	}
 	if cfg.Nodes < 1 || cfg.GPUs < 1 || cfg.NCCLShare < 0 || cfg.NCCLShare > 1 {
 		return 0, errors.New("gen: nodes and gpus must be >= 1, nccl share in [0,1]")
@@ -123,7 +176,7 @@ func Generate(w io.Writer, cfg GenConfig) (int64, error) {
 		line = line[:0]
 		r := rng.IntN(nranks)
 		if rng.Float64() < cfg.NCCLShare {
-			line = fillNCCL(line, tpl[rng.IntN(len(tpl))], r, cfg)
+			line = fillNCCL(line, tpl[rng.IntN(len(tpl))], genRank(r, cfg))
 		} else if cfg.RandomSteps {
 			line = fillTrainer(line, trainerLines[rng.IntN(len(trainerLines))], rng, -1)
 		} else if rng.Float64() < otherShare {
@@ -154,16 +207,69 @@ func Generate(w io.Writer, cfg GenConfig) (int64, error) {
 	return written, bw.Flush()
 }
 
-func fillNCCL(dst []byte, tpl string, r int, cfg GenConfig) []byte {
+// genRank is rank r of Generate's one job.
+func genRank(r int, cfg GenConfig) ncclRank {
 	node, d := r/cfg.GPUs, r%cfg.GPUs
-	peer := (r + cfg.GPUs) % (cfg.Nodes * cfg.GPUs)
 	next := node*cfg.GPUs + (d+1)%cfg.GPUs
-	rep := strings.NewReplacer(
-		"{h}", "train-llm-7b-worker-"+strconv.Itoa(node), "{p}", strconv.Itoa(4000+d), "{t}", strconv.Itoa(4100+d),
-		"{d}", strconv.Itoa(d), "{r}", strconv.Itoa(r), "{n}", strconv.Itoa(cfg.Nodes*cfg.GPUs),
-		"{nn}", strconv.Itoa(cfg.Nodes), "{g}", strconv.Itoa(cfg.GPUs), "{ip}", "10.0."+strconv.Itoa(node)+".10",
-		"{peer}", strconv.Itoa(peer), "{next}", strconv.Itoa(next), "{nd}", strconv.Itoa(next%cfg.GPUs))
-	return append(dst, rep.Replace(tpl)...)
+	return ncclRank{host: "train-llm-7b-worker-" + strconv.Itoa(node), pid: 4000 + d, tid: 4100 + d, dev: d, rank: r,
+		nranks: cfg.Nodes * cfg.GPUs, nodes: cfg.Nodes, gpus: cfg.GPUs, ip: "10.0." + strconv.Itoa(node) + ".10",
+		peer: (r + cfg.GPUs) % (cfg.Nodes * cfg.GPUs), next: next, commID: genCommID[cfg.Network]}
+}
+
+// ncclRank holds what an NCCL line template is filled with for one rank.
+type ncclRank struct {
+	host                                     string
+	pid, tid, dev, rank, nranks, nodes, gpus int
+	ip                                       string
+	peer, next                               int
+	commID                                   string
+}
+
+// fillNCCL appends tpl with its {…} fields filled for rank r.
+func fillNCCL(dst []byte, tpl string, r ncclRank) []byte {
+	for {
+		i := strings.IndexByte(tpl, '{')
+		if i < 0 {
+			return append(dst, tpl...)
+		}
+		dst = append(dst, tpl[:i]...)
+		tpl = tpl[i:]
+		j := strings.IndexByte(tpl, '}')
+		if j < 0 {
+			return append(dst, tpl...)
+		}
+		switch tpl[1:j] {
+		case "h":
+			dst = append(dst, r.host...)
+		case "p":
+			dst = strconv.AppendInt(dst, int64(r.pid), 10)
+		case "t":
+			dst = strconv.AppendInt(dst, int64(r.tid), 10)
+		case "d":
+			dst = strconv.AppendInt(dst, int64(r.dev), 10)
+		case "r":
+			dst = strconv.AppendInt(dst, int64(r.rank), 10)
+		case "n":
+			dst = strconv.AppendInt(dst, int64(r.nranks), 10)
+		case "nn":
+			dst = strconv.AppendInt(dst, int64(r.nodes), 10)
+		case "g":
+			dst = strconv.AppendInt(dst, int64(r.gpus), 10)
+		case "ip":
+			dst = append(dst, r.ip...)
+		case "peer":
+			dst = strconv.AppendInt(dst, int64(r.peer), 10)
+		case "next":
+			dst = strconv.AppendInt(dst, int64(r.next), 10)
+		case "nd":
+			dst = strconv.AppendInt(dst, int64(r.next%r.gpus), 10)
+		case "cid":
+			dst = append(dst, r.commID...)
+		default:
+			dst = append(dst, tpl[:j+1]...)
+		}
+		tpl = tpl[j+1:]
+	}
 }
 
 func fillTrainer(dst []byte, tpl string, rng *rand.Rand, step int64) []byte {

@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,14 +40,23 @@ type Options struct {
 	Peer bool
 	// KafkaTool runs a Kafka tool class (deploy/local/kafka.sh tool); the
 	// peer's fresh group is reset to the earliest offsets with it.
-	KafkaTool   []string
-	Records     int64
-	Jobs        int
-	Partitions  int
-	Producers   int
-	NCCLShare   float64
-	Seed        uint64
-	RandomSteps bool    // GenConfig.RandomSteps
+	KafkaTool  []string
+	Records    int64
+	Jobs       int
+	Partitions int
+	Producers  int
+	NCCLShare  float64
+	// ShareSet says NCCLShare was chosen: RunShapes then gives it to every
+	// shape, and otherwise each shape's DefaultShare.
+	ShareSet bool
+	Seed     uint64
+	// Shape is the shape of the stream Run produces (ShapeDefault when
+	// empty); RandomSteps is the older name of ShapeRandomSteps.
+	Shape       Shape
+	RandomSteps bool
+	// Concurrent is the number of jobs the cluster shape runs at once; it
+	// has as many jobs in all as fit its records, not Jobs.
+	Concurrent  int
 	LatRate     float64 // records/s offered while latency is measured; 0 skips it
 	LatDuration time.Duration
 	ProduceOnly bool
@@ -67,7 +75,7 @@ type Options struct {
 // DefaultOptions is the issue's benchmark: 1 M records over 64 jobs on 8
 // partitions, 5 % NCCL lines; 20 k records/s for 10 s of latency samples.
 func DefaultOptions() Options {
-	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1,
+	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent,
 		LatRate: 20000, LatDuration: 10 * time.Second, Timeout: 15 * time.Minute,
 		NCCLWatch: "ncclwatch", KafkaTool: []string{"deploy/local/kafka.sh", "tool"}}
 }
@@ -81,9 +89,21 @@ func (o *Options) Validate() error {
 	case len(o.ClickHouse) == 0 && !o.ProduceOnly:
 		bad = append(bad, "--clickhouse: required")
 	}
-	if o.Records <= 0 || o.Jobs <= 0 || o.Partitions <= 0 || o.Producers <= 0 {
-		bad = append(bad, "--records, --jobs, --partitions and --producers must be > 0")
+	if o.Records <= 0 || o.Jobs <= 0 || o.Partitions <= 0 || o.Producers <= 0 || o.Concurrent <= 0 {
+		bad = append(bad, "--records, --jobs, --partitions, --producers and --concurrent must be > 0")
 	}
+	switch {
+	case o.Shape == "" && o.RandomSteps:
+		o.Shape = ShapeRandomSteps
+	case o.Shape == "":
+		o.Shape = ShapeDefault
+	case o.RandomSteps && o.Shape != ShapeRandomSteps:
+		bad = append(bad, "--random-steps is --shape random-steps: not with --shape "+string(o.Shape))
+	}
+	if !slices.Contains(shapes, o.Shape) {
+		bad = append(bad, "--shape: want one of "+strings.Join(ShapeNames(), ", "))
+	}
+	o.RandomSteps = o.Shape == ShapeRandomSteps
 	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 {
 		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate and --latency-duration >= 0")
 	}
@@ -107,117 +127,6 @@ func randomSuffix() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// JobName names job j of the stream: fixed width, so that every job's
-// records have the same size.
-func JobName(prefix string, j int) string { return fmt.Sprintf("%s-j%04d", prefix, j) }
-
-// Records calls fn with n seeded Fluent Bit records of one synthetic job:
-// Generate's stream (Format "fluentbit", the shape of Fluent Bit's
-// kubernetes filter) with its fixed job name replaced by job, and the
-// record's "time" set by stamp (nil keeps Generate's). rec is valid only
-// during the call. Jobs differ in seed, node count and network (every
-// fourth one is a silent Socket fallback).
-func Records(seed uint64, j int, job string, share float64, n int64, stamp func() time.Time, fn func(rec []byte) error) error {
-	return genRecords(seed, j, job, share, false, n, stamp, fn)
-}
-
-func genRecords(seed uint64, j int, job string, share float64, random bool, n int64, stamp func() time.Time, fn func(rec []byte) error) error {
-	cfg := DefaultGenConfig()
-	cfg.RandomSteps = random
-	cfg.Seed = seed<<20 + uint64(j)
-	cfg.Bytes = math.MaxInt64
-	cfg.Format = "fluentbit"
-	cfg.NCCLShare = share
-	cfg.Nodes = 2 + j%4
-	if j%4 == 3 {
-		cfg.Network = "Socket"
-	}
-	lw := &lineWriter{left: n, job: []byte(job), stamp: stamp, fn: fn}
-	_, err := Generate(lw, cfg)
-	if errors.Is(err, errEnough) {
-		return nil
-	}
-	if err == nil {
-		err = errors.New("load: generator ended early")
-	}
-	return err
-}
-
-var errEnough = errors.New("enough records")
-
-// genJobName is the job name Generate writes into every record.
-var genJobName = []byte("train-llm-7b")
-
-// lineWriter turns Generate's output into records: it splits lines,
-// rewrites each and stops the generator with errEnough after left records.
-type lineWriter struct {
-	left  int64
-	job   []byte
-	stamp func() time.Time
-	fn    func([]byte) error
-	carry []byte
-	rec   []byte
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		nl := bytes.IndexByte(p, '\n')
-		if nl < 0 {
-			w.carry = append(w.carry, p...)
-			break
-		}
-		line := p[:nl]
-		if len(w.carry) > 0 {
-			w.carry = append(w.carry, line...)
-			line = w.carry
-		}
-		p = p[nl+1:]
-		w.rec = rewriteRecord(w.rec[:0], line, w.job, w.stamp)
-		w.carry = w.carry[:0]
-		if err := w.fn(w.rec); err != nil {
-			return 0, err
-		}
-		if w.left--; w.left <= 0 {
-			return 0, errEnough
-		}
-	}
-	return n, nil
-}
-
-// rewriteRecord appends rec with Generate's job name replaced by job and,
-// when stamp is set, its "time" field set to stamp().
-func rewriteRecord(dst, rec, job []byte, stamp func() time.Time) []byte {
-	for {
-		i := bytes.Index(rec, genJobName)
-		if i < 0 {
-			break
-		}
-		dst = append(dst, rec[:i]...)
-		dst = append(dst, job...)
-		rec = rec[i+len(genJobName):]
-	}
-	dst = append(dst, rec...)
-	if stamp == nil {
-		return dst
-	}
-	// "stream" comes right after "log" in Generate's records: this cannot
-	// match inside the escaped log text.
-	const key = `"stream":"stdout","time":"`
-	i := bytes.Index(dst, []byte(key))
-	if i < 0 {
-		return dst
-	}
-	start := i + len(key)
-	end := bytes.IndexByte(dst[start:], '"')
-	if end < 0 {
-		return dst
-	}
-	tail := append([]byte(nil), dst[start+end:]...)
-	dst = stamp().UTC().AppendFormat(dst[:start], time.RFC3339Nano)
-	return append(dst, tail...)
 }
 
 // procStatus reads VmRSS and VmHWM (bytes) of process pid ("self" for
@@ -326,6 +235,7 @@ type Report struct {
 	o             Options
 	server        string
 	produce       phase
+	jobs          int // jobs in the backlog
 	peer          *peerResult
 	consume       phase       // ncclwatch run started → its group's lag 0
 	serverPeer    *serverCPU  // the ClickHouse server's CPU during the peer's phase
@@ -345,6 +255,7 @@ type Report struct {
 	stored        string // nccl_events rows as a query sees them
 	steps         string // training_steps rows
 	verdicts      string // job verdicts by kind
+	jobRows       string // job_verdicts rows
 }
 
 // quantile returns the q-quantile of sorted d (nearest rank).
@@ -360,11 +271,14 @@ func quantile(d []time.Duration, q float64) time.Duration {
 func (r *Report) Print(w io.Writer) {
 	o := r.o
 	steps := "every rank prints each step"
-	if o.RandomSteps {
+	switch o.Shape {
+	case ShapeRandomSteps:
 		steps = "random steps"
+	case ShapeCluster:
+		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank", o.Concurrent)
 	}
-	fmt.Fprintf(w, "ncclwatch load: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
-		o.Records, o.Jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
+	fmt.Fprintf(w, "ncclwatch load: shape %s: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
+		o.Shape, o.Records, r.jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
 	fmt.Fprintf(w, "machine: %d CPUs %s/%s %s; broker %s; clickhouse %s %s; topic %s, database %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), strings.Join(o.Brokers, ","),
 		strings.Join(o.ClickHouse, ","), r.server, o.Topic, o.Database)
@@ -446,7 +360,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 		}()
 	}
 	var err error
-	if rep.produce, err = produceBacklog(ctx, o, pcfg); err != nil {
+	if rep.produce, rep.jobs, err = produceBacklog(ctx, o, pcfg); err != nil {
 		return rep, err
 	}
 	_, rep.hwmProduce = procStatus("self")
@@ -551,7 +465,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	if err := svc.stop(); err != nil {
 		return rep, err
 	}
-	rep.stored, rep.steps, rep.verdicts = storedFigures(ctx, ch, o.Database)
+	rep.stored, rep.steps, rep.verdicts, rep.jobRows = storedFigures(ctx, ch, o.Database)
 	return rep, nil
 }
 
@@ -810,9 +724,9 @@ func count(ctx context.Context, ch *sinks.ClickHouse, sql string) (uint64, error
 }
 
 // storedFigures reads back what a query sees: the NCCL rows (FINAL), the
-// training_steps rows and the job verdicts, as a check that the load was
-// stored whole.
-func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored, steps, verdicts string) {
+// training_steps rows and the job verdicts (by verdict and in all), as a
+// check that the load was stored whole.
+func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored, steps, verdicts, jobs string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	figure := func(sql string) string {
@@ -826,170 +740,19 @@ func storedFigures(ctx context.Context, ch *sinks.ClickHouse, db string) (stored
 	steps = figure("SELECT count() FROM " + db + ".training_steps")
 	rows, err := ch.Query(ctx, "SELECT verdict, count() FROM "+db+".job_verdicts GROUP BY verdict ORDER BY verdict")
 	if err != nil {
-		return stored, steps, err.Error()
+		return stored, steps, err.Error(), "-"
 	}
 	defer rows.Close()
 	var parts []string
+	var total uint64
 	for rows.Next() {
 		var v string
 		var c uint64
 		if err := rows.Scan(&v, &c); err != nil {
-			return stored, steps, err.Error()
+			return stored, steps, err.Error(), "-"
 		}
 		parts = append(parts, fmt.Sprintf("%s %d", v, c))
+		total += c
 	}
-	return stored, steps, strings.Join(parts, ", ")
-}
-
-// produceBacklog produces o.Records records over o.Jobs jobs with
-// o.Producers concurrent producers, as fast as the broker takes them.
-func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (phase, error) {
-	prod, err := kafka.NewProducer(pcfg)
-	if err != nil {
-		return phase{}, err
-	}
-	defer prod.Close()
-	var records, size atomic.Int64
-	errs := make(chan error, o.Producers)
-	start, cpu0 := time.Now(), selfCPU()
-	stamp := func() time.Time { return time.Now() }
-	for w := range o.Producers {
-		go func() {
-			errs <- func() error {
-				c := newChunker(prod, pcfg.BatchSize)
-				for j := w; j < o.Jobs; j += o.Producers {
-					n := o.Records / int64(o.Jobs)
-					if int64(j) < o.Records%int64(o.Jobs) {
-						n++
-					}
-					if n == 0 {
-						continue
-					}
-					job := JobName("load", j)
-					err := genRecords(o.Seed, j, job, o.NCCLShare, o.RandomSteps, n, stamp, func(rec []byte) error {
-						return c.add(ctx, job, rec)
-					})
-					if err == nil {
-						err = c.flush(ctx)
-					}
-					if err != nil {
-						return err
-					}
-				}
-				records.Add(c.records)
-				size.Add(c.bytes)
-				return nil
-			}()
-		}()
-	}
-	var first error
-	for range o.Producers {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return phase{records: records.Load(), bytes: size.Load(), wall: time.Since(start), cpu: selfCPU() - cpu0}, first
-}
-
-// chunker collects records into produce calls of up to size messages in
-// one reused arena: Produce does not keep the slices.
-type chunker struct {
-	prod    *kafka.Producer
-	size    int
-	msgs    []kafka.ProducerMessage
-	arena   []byte
-	ends    []int
-	keys    []string
-	records int64
-	bytes   int64
-}
-
-func newChunker(p *kafka.Producer, size int) *chunker {
-	return &chunker{prod: p, size: size}
-}
-
-func (c *chunker) add(ctx context.Context, key string, rec []byte) error {
-	c.arena = append(c.arena, rec...)
-	c.ends = append(c.ends, len(c.arena))
-	c.keys = append(c.keys, key)
-	if len(c.ends) >= c.size {
-		return c.flush(ctx)
-	}
-	return nil
-}
-
-func (c *chunker) flush(ctx context.Context) error {
-	if len(c.ends) == 0 {
-		return nil
-	}
-	c.msgs = c.msgs[:0]
-	from := 0
-	for i, end := range c.ends {
-		// The key is the job, as Fluent Bit's output keys it.
-		c.msgs = append(c.msgs, kafka.ProducerMessage{Key: []byte(c.keys[i]), Value: c.arena[from:end:end]})
-		from = end
-	}
-	if err := c.prod.Produce(ctx, c.msgs); err != nil {
-		return err
-	}
-	c.records += int64(len(c.ends))
-	c.bytes += int64(len(c.arena))
-	c.arena, c.ends, c.keys = c.arena[:0], c.ends[:0], c.keys[:0]
-	return nil
-}
-
-// producePaced offers o.LatRate records/s for o.LatDuration over fresh
-// jobs, each record stamped with the time it was made and noted in lat,
-// and returns the number of records produced.
-func producePaced(ctx context.Context, o Options, pcfg kafka.ProducerConfig, lat *latencyProbe) (int64, error) {
-	// A short batch timeout: the offered rate, not the producer's
-	// batching, should set the latency.
-	pcfg.BatchTimeout = 2 * time.Millisecond
-	prod, err := kafka.NewProducer(pcfg)
-	if err != nil {
-		return 0, err
-	}
-	defer prod.Close()
-	total := int64(o.LatRate * o.LatDuration.Seconds())
-	perJob := max(total/int64(o.Jobs), 1)
-	// One produce call per 10 ms of records, as a log shipper flushes.
-	quantum := max(int64(o.LatRate/100), 1)
-	c := newChunker(prod, math.MaxInt)
-	start := time.Now()
-	var made int64
-	for j := 0; made < total; j++ {
-		job := JobName("latency", j%o.Jobs)
-		n := min(perJob, total-made)
-		var stamp time.Time
-		now := func() time.Time { stamp = time.Now(); return stamp }
-		err := genRecords(o.Seed+1, j, job, o.NCCLShare, o.RandomSteps, n, now, func(rec []byte) error {
-			made++
-			lat.add(job, stamp)
-			if err := c.add(ctx, job, rec); err != nil {
-				return err
-			}
-			if made%quantum != 0 {
-				return nil
-			}
-			if err := c.flush(ctx); err != nil {
-				return err
-			}
-			due := start.Add(time.Duration(float64(made) / o.LatRate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(d):
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return c.records, err
-		}
-	}
-	if err := c.flush(ctx); err != nil {
-		return c.records, err
-	}
-	return c.records, nil
+	return stored, steps, strings.Join(parts, ", "), strconv.FormatUint(total, 10)
 }
