@@ -99,9 +99,10 @@ fuzz:
 promtool:
 	deploy/local/promtool.sh check
 
-# chdb: the schema, the sink's inserts and every cookbook, README and
-# Grafana query on chDB's engine (ClickHouse 26.x in a Python library,
-# virtualenv made by deploy/local/chdb.sh; sinks/chdb_test.go). Part of make test.
+# chdb: the schema, the sink's inserts and every cookbook, documentation
+# (README.md, docs/*.md) and Grafana query on chDB's engine (ClickHouse 26.x
+# in a Python library, virtualenv made by deploy/local/chdb.sh;
+# sinks/chdb_test.go). Part of make test.
 chdb:
 	NCCLWATCH_TEST_CHDB="$$(deploy/local/chdb.sh python)" $(GO) test -count=1 -run '^TestChDB$$' ./sinks/
 

@@ -396,8 +396,8 @@ func (d *Decoder) lookupMeta(k8s []byte, cluster, job jsonString) *pipeline.Meta
 	}
 	if d.metas == nil || len(d.metas) >= maxMetaEntries {
 		d.metas = make(map[uint64]*metaEntry)
-		// Only the last entry outlives the cache it was in, as before
-		// there were recent entries: a dropped one is built again.
+		// Only the last entry outlives the cache it was in, so that the
+		// dropped map's entries can be freed: a dropped one is built again.
 		clear(d.recent[1:])
 	}
 	// One allocation holds the three keys.

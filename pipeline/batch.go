@@ -198,8 +198,8 @@ func IsPermanent(err error) bool {
 // appendRow appends v to rows, doubling a full slice's capacity: append
 // grows a large slice by a quarter at a time, so a batch's rows
 // (Batch.Steps: ~320 bytes each, up to pipeline.batch.backlog.max_rows)
-// were copied ~5 times over into fresh memory as it filled (0.27 of 6.8
-// CPU-s of a profiled load run); doubled, at most once. Batches are
+// were copied ~5 times over into fresh memory as it filled (a visible
+// cost in the load benchmark's profile); doubled, at most once. Batches are
 // reused, so this is the growth of the first ones only.
 func appendRow[T any](rows []T, v T) []T {
 	if len(rows) == cap(rows) {

@@ -16,7 +16,8 @@ type Parsed struct {
 // trainingLine is a training-progress line (step, amend, summary) as a
 // Parsed keeps it: the fields those kinds carry (TelemetryLine), a quarter
 // of the whole line's bytes. A scan of trainer output is mostly such
-// lines; copying each whole to the batch and back cost ~10 % of its time.
+// lines; copying each whole to the batch and back was a large share of
+// its time.
 type trainingLine struct {
 	kind      TelemetryKind
 	framework string

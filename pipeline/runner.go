@@ -122,7 +122,7 @@ type Runner struct {
 	// foldedJob's touched entry is foldedAt and its telDirty entry true
 	// ("" when unknown): fold skips the two map writes for the next line of
 	// the same job at the same curNow, most lines of a run of records
-	// (two hashed map writes a training line were 2-3 % of run's CPU).
+	// (two hashed map writes a training line showed in run's profile).
 	// Whatever else deletes or sets those entries clears it.
 	foldedJob string
 	foldedAt  time.Time

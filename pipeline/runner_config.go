@@ -47,11 +47,11 @@ func (c BatchConfig) limits(behind bool) (rows, bytes int, wait time.Duration) {
 
 // BacklogLimits are BatchConfig's limits while the source is behind.
 type BacklogLimits struct {
-	// MaxRows 120 000: on the load benchmark (deploy/local/load.sh, 3 M
-	// records, ~0.28 rows a record) 37-38 parts by inserts instead of
-	// 71-74, the server's CPU while consuming 2.2-3.5 s instead of
-	// 3.8-5.2 s, at 721-835 MB RSS instead of 402-476 (README,
-	// Performance).
+	// MaxRows 120 000: the server's CPU per insert is mostly creating a
+	// part's files, so while behind ncclwatch writes fewer, larger parts;
+	// on the load benchmark (deploy/local/load.sh) that cuts the parts and
+	// the server's CPU while consuming, for more RSS (docs/performance.md,
+	// "Backlog batches").
 	MaxRows int `yaml:"max_rows"`
 	// MaxBytes 32 MiB: twice the live cap, with MaxRows the memory of a
 	// batch being read while the one before it is stored.
@@ -109,32 +109,32 @@ type RunnerConfig struct {
 	// which applies what they parsed in input order (assembly, telemetry
 	// folding, batches, commits); each partition is parsed by one of them,
 	// in offset order. 0 or 1 parse on the loop itself. The default is
-	// 2, or 1 where GOMAXPROCS is 1: parsing is about two thirds of a
-	// record's CPU (~2.4 of ~3.6 CPU-µs) and the loop keeps the rest, so
-	// two workers parse about as fast as the loop applies; more only help
-	// where the loop waits for them (at most GOMAXPROCS is useful).
+	// 2, or 1 where GOMAXPROCS is 1: parsing is most of a record's CPU
+	// and the loop keeps the rest, so two workers parse about as fast as
+	// the loop applies; more only help where the loop waits for them (at
+	// most GOMAXPROCS is useful).
 	ParseWorkers int `yaml:"parse_workers"`
 	// SummaryInterval: within Run, while a partition has a backlog (more
 	// than backlogRecords behind its high water mark), a size or timer
 	// flush carries the comm and job summaries of the jobs that changed
 	// (and the rules see them) only when this long has passed since the
-	// last flush that did, or when the stream is at rest (every partition read to its end and
-	// quiet for FoldIdle); the flushes in between store events, telemetry
-	// rows and dead letters, and the summaries of jobs that gained a
-	// process or a communicator (so that a communicator row is stored
-	// whenever it would be with 0, however short-lived). Their offsets
-	// are committed with the next batch that carries every changed job's
-	// summaries: a commit never covers a record whose summary is not
-	// stored, so a crash replays it (the state rebuilt from stored events
-	// lacks the launcher lines, and no process may own the partition
-	// soon). Evictions, Flush, Drain, revocations and SIGTERM always carry
-	// them. 0 (the default) stores them, and commits, with every flush:
-	// on the load benchmark's stream 5 s saved no part (75-77 parts by
-	// inserts either way: its jobs gain a communicator in nearly every
-	// batch) and one latency phase's p99 rose to 4.7 s. A backfill of
-	// few communicators (the summary tables are a few dozen rows a flush
-	// but, with ClickHouse writing each part as dozens of files, much of
-	// the server's work per flush) may set it.
+	// last flush that did, or when the stream is at rest (every partition
+	// read to its end and quiet for FoldIdle); the flushes in between
+	// store events, telemetry rows and dead letters, and the summaries of
+	// jobs that gained a process or a communicator (so that a
+	// communicator row is stored whenever it would be with 0, however
+	// short-lived). Their offsets are committed with the next batch that
+	// carries every changed job's summaries: a commit never covers a
+	// record whose summary is not stored, so a crash replays it (the
+	// state rebuilt from stored events lacks the launcher lines, and no
+	// process may own the partition soon). Evictions, Flush, Drain,
+	// revocations and SIGTERM always carry them. 0 (the default) stores
+	// them, and commits, with every flush: where jobs gain a communicator
+	// in nearly every batch, as on the load benchmark, an interval saves
+	// no part and only delays verdicts. A backfill of few communicators
+	// (the summary tables are a few dozen rows a flush but, with
+	// ClickHouse writing each part as dozens of files, much of the
+	// server's work per flush) may set it (docs/delivery.md).
 	SummaryInterval time.Duration   `yaml:"summary_interval"`
 	Assembler       AssemblerConfig `yaml:"assembler"`
 	// Telemetry bounds the training/nccl-tests state per job.

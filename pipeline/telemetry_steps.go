@@ -29,8 +29,8 @@ type partFold struct {
 	hit    *openRow
 	// slab holds the window's open rows, in blocks that stay put (the map
 	// points into them) and are reused by the next window, as rows and
-	// last are: a row and two maps made per window and per new row were
-	// ~0.1 of the loop's ~1 CPU-s per 3 M load-benchmark records.
+	// last are: a row and two maps made per window and per new row were a
+	// visible share of the loop's CPU on the load benchmark.
 	slab [][]openRow
 	used int // rows of slab handed out in this window
 }

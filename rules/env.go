@@ -10,7 +10,7 @@ import (
 )
 
 // The expression environments. Every name an expression may use is a field
-// below, spelled as its `expr` tag; README.md documents them with the
+// below, spelled as its `expr` tag; rules/README.md documents them with the
 // conventions for null values. A rule is compiled against JobEnv (scope
 // job, the default) or PoolEnv (scope pool) and a name that is not here is a
 // load error.

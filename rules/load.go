@@ -40,10 +40,10 @@ const (
 )
 
 // Bounds on what one expression may cost (the sandbox; rules/README.md
-// "Sandbox"). 1 000 AST nodes is ten times the largest built-in rule; 4 KiB
-// of source is fifty times its longest expression and bounds the parser's
-// recursion (deep parentheses make no nodes); 256-byte string literals hold
-// any label value a rule compares with. 100 000 units of the VM's memory
+// "Functions and sandbox"). 1 000 AST nodes is ten times the largest
+// built-in rule; 4 KiB of source is fifty times its longest expression and
+// bounds the parser's recursion (deep parentheses make no nodes); 256-byte
+// string literals hold any label value a rule compares with. 100 000 units of the VM's memory
 // budget (about one per array element or map entry it allocates, and one
 // per element each loop over an array starts) let a rule walk a job's
 // communicators many times over while a runaway range like 0..1e9, or loops

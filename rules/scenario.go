@@ -19,8 +19,8 @@ import (
 )
 
 // A scenario file tests rules the way `promtool test rules` does: inputs
-// at given times, the alerts expected at given times. README.md describes
-// the format; testdata/rules/ holds examples.
+// at given times, the alerts expected at given times. rules/README.md
+// describes the format; testdata/rules/ holds examples.
 type scenarioFile struct {
 	RuleFiles          []string             `yaml:"rule_files"`
 	EvaluationInterval string               `yaml:"evaluation_interval"`

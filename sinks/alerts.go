@@ -14,7 +14,7 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// alertTables are the tables of the alerting issue (the alerts table);
+// alertTables are the tables of alerting (the alerts table);
 // Consume writes them after the core tables, so the alert state changes a
 // batch's summaries caused are stored in the same Consume, before its
 // offsets are committed.

@@ -18,8 +18,8 @@ import (
 // columns appends a batch one column at a time (clickhouse-go's columnar
 // Append): one typed slice per column instead of a row of interface values
 // per row, which boxed most cells (an allocation each) and type-switched on
-// every one; issue 9 measured the row-wise training_steps append at two
-// thirds of the insert CPU. Columns go in the table's column order.
+// every one; measured, the row-wise training_steps append was most of the
+// insert's CPU. Columns go in the table's column order.
 type columns struct {
 	d   driver.Batch
 	n   int // rows
@@ -28,7 +28,7 @@ type columns struct {
 	// scratch holds a slice per column type, reused from column to column
 	// and, through scratchPool, from insert to insert: the driver copies
 	// the values (the columns of a batch are one allocation per type, not
-	// per column; 8-10 % of the sink's CPU in BenchmarkClickHouseConsume).
+	// per column; BenchmarkClickHouseConsume shows the saving).
 	// A slice keeps its last insert's strings reachable until it is
 	// filled again or the pool drops it.
 	scratch map[reflect.Type]any

@@ -15,26 +15,25 @@ import (
 //
 // clickhouse-go makes each String column of an insert block empty and grows
 // it value by value: its bytes double from nothing a dozen times or more
-// for a batch, every doubling a fresh allocation and a copy. In the load
-// benchmark (deploy/local/load.sh) that growth was 6 % of `ncclwatch run`'s
-// CPU, and in BenchmarkColStr filling eleven 30 000-row columns made at
-// their size took a sixth of the time of growing them. The driver's one
-// hook for it, column.WithColStrProvider, is process-wide and is told only
-// a column's name. So an insert into a table written a column at a time
+// for a batch, every doubling a fresh allocation and a copy. That growth
+// shows in `ncclwatch run`'s profile on the load benchmark
+// (deploy/local/load.sh), and BenchmarkColStr shows that filling columns
+// made at their size is several times cheaper than growing them. The
+// driver's one hook for it, column.WithColStrProvider, is process-wide and
+// is told only a column's name. So an insert into a table written a column at a time
 // first measures its String values (one pass over the batch's strings, no
 // copy: strSizes.hint) and announces, just before PrepareBatch reads the
 // block's header, each String column's exact size; the hook makes columns
 // of those names at that size until the insert withdraws it. A query or
 // another sink's insert running at that moment may get a column made for
 // this insert: that is a capacity, never a value, so only memory is at
-// stake. Sizes were first taken from the table's recent inserts, which left
-// a table's first insert — the largest of a restart's backlog — growing
-// its columns (5 % of the load run's CPU). The measuring pass is paid by
-// every insert instead: 1.7 ms for a 30 000-row training_steps batch
-// (BenchmarkStrSizesHint), against 24 ms to grow its columns from empty
-// (BenchmarkColStr), ~0.7 % of the load run's CPU; in exchange no column
-// is made an eighth too large or grown when its rows are longer than the
-// last insert's.
+// stake. The sizes are measured per insert rather than taken from the
+// table's recent inserts, which would leave a table's first insert — the
+// largest of a restart's backlog — growing its columns. The measuring pass
+// costs every insert a fraction of growing its columns from empty
+// (BenchmarkStrSizesHint against BenchmarkColStr); in exchange no column
+// is made too large or grown when its rows are longer than the last
+// insert's.
 
 // colHint is what one insert announces: its rows and, by column name, the
 // bytes of its String columns.

@@ -12,7 +12,7 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// telemetryTables are the tables of the telemetry issue (training steps,
+// telemetryTables are the tables of job telemetry (training steps,
 // nccl-tests results); Consume writes them after the core tables.
 var telemetryTables = []table{
 	{

@@ -19,7 +19,7 @@ import (
 	"github.com/ncclwatch/ncclwatch/sinks"
 )
 
-// The read API of `ncclwatch run` (README.md, "Read API"):
+// The read API of `ncclwatch run` (docs/read-api.md, "Read API"):
 //
 //	GET /api/v1/jobs?verdict=&namespace=&cluster=&since=&limit=&cursor=
 //	GET /api/v1/jobs/{namespace}/{job}?cluster=
@@ -28,7 +28,7 @@ import (
 // from ClickHouse's job_verdicts view.
 
 // apiJob is one job in the API's answers; its JSON form is documented in
-// README.md and is a contract.
+// docs/read-api.md and is a contract.
 type apiJob struct {
 	Cluster      string    `json:"cluster"`
 	Namespace    string    `json:"namespace"`

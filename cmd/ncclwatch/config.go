@@ -19,7 +19,8 @@ import (
 
 // serviceConfig is the whole configuration of `ncclwatch run`: defaults,
 // then the YAML file (--config), then NCCLWATCH_* environment variables,
-// then flags, each overriding the one before. README.md documents it.
+// then flags, each overriding the one before. docs/configuration.md
+// documents it.
 type serviceConfig struct {
 	Kafka      kafka.Config           `yaml:"kafka"`
 	ClickHouse sinks.ClickHouseConfig `yaml:"clickhouse"`

@@ -22,7 +22,7 @@ import (
 )
 
 // exitGuardStopped is guard's exit status when it stopped the job because
-// the negotiated fabric broke the policy (README.md, "guard").
+// the negotiated fabric broke the policy (README.md, "`ncclwatch guard`").
 const exitGuardStopped = 3
 
 // guardPolicy is what guard enforces, from flags and NCCLWATCH_GUARD_* env.

@@ -173,9 +173,9 @@ func runService(args []string, stderr io.Writer) int {
 // Nearly all the service allocates is short-lived (each Kafka record's
 // bytes, copied by kafka-go, parsed and dropped), so the default 100 %
 // collects a ~100 MB live heap every ~100 MB of records; 200 % halves the
-// collections. Measured (README, "Go GC target"): on average 11 %
-// less CPU and 11 % more records/s for ~150 MB more RSS on the load
-// benchmark.
+// collections. On the load benchmark that trades some RSS for less CPU
+// and more records/s (docs/configuration.md, "Go GC target and memory
+// limit").
 // GOGC=100 restores Go's default; GOMEMLIMIT caps the heap either way.
 const serviceGCPercent = 200
 
@@ -190,12 +190,12 @@ func gcPercent(getenv func(string) string) (int, bool) {
 }
 
 // recordPrefilter is the runner's prefilter of whole records: NCCL-only
-// (decoder.no_telemetry) it skips the ~95 % of records without an NCCL
-// token undecoded; with telemetry on there is none (nil): ~93 % of a
-// trainer's records pass it (the load benchmark's stream), so searching
-// every record's bytes for the tokens cost more (~0.15 µs a record, 5 % of
-// ncclwatch's CPU) than decoding the rest, and the line parser searches
-// the decoded line for the same tokens anyway. A record whose lines give
+// (decoder.no_telemetry) it skips the records without an NCCL token (most
+// of them) undecoded; with telemetry on there is none (nil): nearly every
+// record of a trainer passes it, so searching every record's bytes for the
+// tokens costs more than it saves (measured on the load benchmark's
+// stream), and the line parser searches the decoded line for the same
+// tokens anyway. A record whose lines give
 // nothing is activity for the rules, as a skipped one is.
 func recordPrefilter(noTelemetry bool) func([]byte) bool {
 	if noTelemetry {
@@ -208,7 +208,7 @@ func recordPrefilter(noTelemetry bool) func([]byte) bool {
 // gives the Go heap's soft limit when GOMEMLIMIT is not set: with the GC
 // target of 200 % the heap may grow to three times what is live, and a
 // backlog's larger batches (pipeline.batch.backlog) hold more live, so in
-// a pod with a memory limit (deploy/kubernetes: 1 GiB) the runtime
+// a pod with a memory limit (deploy/kubernetes: 1.5 GiB) the runtime
 // collects harder near the limit instead of the kernel killing the
 // process there. 85 % leaves room for what is not heap (goroutine stacks,
 // the runtime's own, clickhouse-go's and kafka-go's buffers).

@@ -24,11 +24,11 @@ import (
 const scanJob = "scan"
 
 // scanResult is the document `scan --json` prints; its summary object is a
-// documented contract (README.md, "scan --json").
+// documented contract (README.md, "The `--json` contract").
 type scanResult struct {
 	Communicators []pipeline.CommSummary `json:"communicators"`
 	Summary       pipeline.JobSummary    `json:"summary"`
-	// NCCLTests and Training are the telemetry issue's contract: one entry
+	// NCCLTests and Training are a contract too (docs/telemetry.md): one entry
 	// per nccl-tests run and per training series found. Null when telemetry
 	// was off for this scan (input.telemetry says why).
 	NCCLTests []pipeline.NCCLTestReport `json:"nccl_tests"`
@@ -281,10 +281,10 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	switch *telemetry {
 	case "on", "auto":
-		// auto was off for inputs over 1 GiB while extraction ran at
-		// 0.6-0.9 GB/s; at ~1 GB/s on two cores (README, Performance
-		// (scan)) every input gets it. off keeps the NCCL-only path,
-		// ~3x faster on trainer output.
+		// auto is on for every input: with telemetry on scan is fast
+		// enough on large inputs that a size cutoff is not worth its
+		// surprise (docs/performance.md, "scan"). off keeps the
+		// NCCL-only path, several times faster on trainer output.
 		s.enableTelemetry()
 	case "off":
 	default:

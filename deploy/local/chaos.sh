@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # chaos.sh [long|short] [go test flags...]: the fault-injection test of
-# README "Delivery under faults" (TestIntegrationChaos) by hand. Long (the
+# docs/delivery.md (TestIntegrationChaos) by hand. Long (the
 # default) is NCCLWATCH_CHAOS_LONG=1: 20 jobs of 4 MiB, 10 SIGKILLs, the
 # test's own Kafka broker stopped for 30 s and started again with its data,
 # its own ClickHouse SIGSTOPped 60 s, a second group member, 2 000 poison

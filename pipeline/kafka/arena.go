@@ -10,9 +10,9 @@ import (
 // body (uncompressed batches) or a decompressed batch — that are used again
 // once every run of records cut from them was released
 // (pipeline.Input.Release): a new buffer per batch had the runtime clear
-// every byte of it before the decompressor wrote it again (0.27 of 5.7
-// CPU-s of the 3 M-record load run went to clearing them, README), and
-// made most of the heap's garbage.
+// every byte of it before the decompressor wrote it again (a visible share
+// of the load benchmark's CPU profile), and made most of the heap's
+// garbage.
 
 // arena is one buffer that records' keys and values are slices of, and
 // the count of holders: the partition reader while it decodes the

@@ -79,8 +79,8 @@ type Config struct {
 	QueueCapacity int `yaml:"queue_capacity"`
 	// FetchDecoder is who decodes fetch responses: "native" (ncclwatch's
 	// record-batch decoder on kafka-go's connection, records.go) or
-	// "kafka-go" (its Batch reader: 1.9 CPU-s of fetching per 3 M
-	// load-benchmark records against 1.0). A broker without Fetch v4, or
+	// "kafka-go" (its Batch reader, which spends more CPU per record on
+	// the load benchmark). A broker without Fetch v4, or
 	// a partition with message format v0/v1 data, is read through kafka-go
 	// either way.
 	FetchDecoder string `yaml:"fetch_decoder"`

@@ -20,10 +20,10 @@ const (
 	// chunkMax is the most messages one partition reader hands to the
 	// queue at once (fewer when Config.QueueCapacity is smaller). A fetch of
 	// 1 MiB holds ~2 300 Fluent Bit records of ~450 B; 256 a hand-off makes
-	// the channel operations per record negligible (issue 9: kafka-go's
-	// Reader, one channel send and receive per record plus our own two,
-	// was 14 % + 9 % of the consume phase) while a chunk stays small
-	// beside the queue.
+	// the channel operations per record negligible (with kafka-go's
+	// Reader, one channel send and receive per record plus our own two
+	// were a large share of the consume phase's profile) while a chunk
+	// stays small beside the queue.
 	chunkMax = 256
 	// readTimeout bounds reading one chunk of a fetch response that has
 	// started to arrive (kafka-go's ReaderConfig.ReadBatchTimeout default).
@@ -365,9 +365,9 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 
 // deliver decodes the record batches of recs, in the response body, one
 // at a time and queues their messages in chunks of f.size, so that a
-// response's batches are not all decompressed at once (a 1 MiB fetch of
-// the load stream is ~7 MB decompressed, and all partitions wait to queue
-// at once while catching up). What decoded before an error is queued; off
+// response's batches are not all decompressed at once (log records
+// compress several-fold, so a 1 MiB fetch is several MB decompressed, and
+// all partitions wait to queue at once while catching up). What decoded before an error is queued; off
 // becomes the offset after it. sent is false when ctx ended first.
 //
 // The records are slices of arenas: of a decompressed batch's, of body

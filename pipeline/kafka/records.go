@@ -20,12 +20,13 @@ import (
 // and decodes the response itself, record batches included. kafka-go's
 // Batch.ReadMessage reads every key and value through a 16-byte bufio
 // reader over the decompressed batch into two new allocations, and its LZ4
-// reader hashes every decompressed byte (xxh32): 1.9 of the 3 M-record load
-// run's 7.0 CPU-seconds were the fetch, of which decoding the LZ4 blocks
-// was 0.23 (issue 9). Here a batch is decompressed once into one buffer and
-// its records' keys and values are slices of it; what is verified is the
-// batch's CRC-32C, over the compressed bytes, as Kafka's Java consumer does
-// (check.crcs) — which also reads LZ4 frames without their xxh32 checksums.
+// reader hashes every decompressed byte (xxh32): on the load benchmark the
+// fetch was a large share of ncclwatch's CPU, and decoding the LZ4 blocks
+// only a small part of it. Here a batch is decompressed once into one
+// buffer and its records' keys and values are slices of it; what is
+// verified is the batch's CRC-32C, over the compressed bytes, as Kafka's
+// Java consumer does (check.crcs) — which also reads LZ4 frames without
+// their xxh32 checksums.
 
 // fetchVersion is the Fetch request version used: 11, the newest with topic
 // names and without flexible encoding (Kafka 2.3 and later; Kafka 4 serves
@@ -334,7 +335,7 @@ func (d *batchDecoder) decodeNext(recs []byte, prev, from int64, tmpl Message, o
 	n := len(out)
 	if c := int(int32(binary.BigEndian.Uint32(batch[57:]))); c > 0 && cap(out)-n < c {
 		// One allocation per batch: growing by append copied every
-		// message about twice (0.5 of 6 CPU-s on the load run).
+		// message about twice.
 		out = slices.Grow(out, min(c, 1<<17))
 	}
 	out, err = d.batch(batch, from, tmpl, out)
@@ -468,9 +469,9 @@ const (
 // nothing is copied) for the exact size, so that dst grows once and no
 // block is decoded twice; then pierrec/lz4 decodes each block straight
 // into dst. (Decoding into a buffer sized from the last batch's ratio
-// first, and measuring only a block that did not fit, saved the first pass
-// on the load stream, whose batches compress alike, but took 2.3x as long
-// where they do not: BenchmarkDecodeBatches 27.5 against 11.6 ms.) The
+// first, and measuring only a block that did not fit, saves the first pass
+// where batches compress alike, as on the load stream, but is much slower
+// where they do not: BenchmarkDecodeBatches shows it.) The
 // blocks' and the content's xxh32 checksums are skipped (the record
 // batch's CRC-32C covers these bytes). A linked block (block independence
 // unset) reads the previous 64 KiB of output as its dictionary.
