@@ -334,8 +334,8 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 			continue
 		}
 		runs = append(runs, r)
-		if !ok || r.first < hold {
-			hold, ok = r.first, true
+		if !ok || r.hold < hold {
+			hold, ok = r.hold, true
 		}
 	}
 	clear(a.open[pk][len(runs):])

@@ -11,6 +11,9 @@ import (
 type testRun struct {
 	id         string
 	first      int64 // offset of its first line
+	// hold is where a replay can take the run up again: its first line,
+	// or the offset of the last snapshot that holds it (Seal, Restore).
+	hold int64
 	collective string
 	version    string
 	gpu        string
@@ -116,7 +119,7 @@ func (j *telJob) current() *testRun {
 }
 
 func (j *telJob) newRun(src Source, cfg TelemetryAssemblerConfig) *testRun {
-	r := &testRun{id: coords(src), first: src.Offset, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
+	r := &testRun{id: coords(src), first: src.Offset, hold: src.Offset, hdrMin: -1, hdrMax: -1, minBytes: -1, maxBytes: -1,
 		maxOOP: math.NaN(), maxIP: math.NaN(), avg: math.NaN()}
 	j.pushRun(r, cfg)
 	return r

