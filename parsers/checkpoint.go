@@ -113,6 +113,10 @@ var lowerForms = [...]checkpointForm{
 	// DeepSpeed (102): "… [Rank 0] Saving model checkpoint:
 	// experiments/…/global_step10/mp_rank_00_model_states.pt".
 	{[]byte("Saving model checkpoint: "), deepSpeedPath},
+	// DeepSpeed (235): "[engine.py:3381:_save_zero_checkpoint] zero
+	// checkpoint saved …/global_step2/zero_pp_rank_0_mp_rank_00_optim_
+	// states.pt", a file of the save in progress.
+	{[]byte("zero checkpoint saved "), deepSpeedZeroFile},
 	// torchtitan (103): "Saving the checkpoint (or staging if async is
 	// enabled)." and "Finished saving the checkpoint (or staging if async
 	// is enabled)in 0.02 seconds."; before async (2024) "Saving a full
@@ -144,6 +148,19 @@ var lowerForms = [...]checkpointForm{
 	// Flax on absl logging (218): "… checkpoints.py:571] Saving checkpoint
 	// at step: 2000", printed by every host.
 	{[]byte("Saving checkpoint at step: "), flaxSaving},
+	// Orbax's CheckpointManager (231): "checkpoint_manager.py:1512]
+	// [process=0] Saving checkpoint at step 19"; Levanter: "Saving
+	// checkpoint at step 9485 to gs://…/step-9485" (checkpoint.py).
+	{[]byte("Saving checkpoint at step "), atStepSaving},
+	// TensorFlow's Supervisor (233, 234): "INFO:tensorflow:Saving
+	// checkpoint to path training/model.ckpt".
+	{[]byte("Saving checkpoint to path "), tfSupervisorSaving},
+	// Levanter (232), on every host: "Saving checkpoint to gs://…/step-9485
+	// for step 9485", then "Saved checkpoint to … for step 9485".
+	{[]byte("Saving checkpoint to "), levanterSaving},
+	{[]byte("Saved checkpoint to "), levanterSaving},
+	// nanoGPT (train.py): "saving checkpoint to out", the whole line.
+	{[]byte("saving checkpoint to "), nanoGPTSaving},
 	// Orbax (218): "[process=0] [sync] Started save checkpoint @ PATH."
 	// (event_tracking.py), per process.
 	{[]byte("Started save checkpoint @ "), orbaxStarted},
@@ -402,6 +419,91 @@ func deepSpeedPath(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 		return false
 	}
 	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointFile, p
+	return true
+}
+
+// deepSpeedZeroFile reads "zero checkpoint saved FILE": the save's path is
+// the file's folder.
+func deepSpeedZeroFile(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	p := firstField(b[i+len("zero checkpoint saved "):])
+	k := bytes.LastIndexByte(p, '/')
+	if k <= 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkDeepSpeed, pipeline.CheckpointSave, pipeline.CheckpointFile, p[:k]
+	return true
+}
+
+// atStepSaving reads "Saving checkpoint at step N to PATH" (Levanter) and
+// Orbax CheckpointManager's "checkpoint_manager.py:NNN] [process=P] Saving
+// checkpoint at step N"; both are printed by every host. Other lines of
+// these words (a script's own print) are no checkpoint lines.
+func atStepSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	n, rest := nextField(b[i+len("Saving checkpoint at step "):])
+	step, ok := stepNumber(n)
+	if !ok {
+		return false
+	}
+	switch p, to := afterWord(rest, "to"); {
+	case to:
+		cl.Framework, cl.Path = pipeline.FrameworkLevanter, p
+	case len(trimBlank(rest)) == 0 && bytes.Contains(b[:i], []byte("checkpoint_manager.py:")):
+		cl.Framework = pipeline.FrameworkOrbax
+	default:
+		return false
+	}
+	cl.Op, cl.Phase, cl.Step, cl.Repeated = pipeline.CheckpointSave, pipeline.CheckpointStart, step, true
+	return true
+}
+
+// tfSupervisorSaving reads "Saving checkpoint to path PATH", one save of
+// the Supervisor's saver thread (it prints no step).
+func tfSupervisorSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	p := trimBlank(b[i+len("Saving checkpoint to path "):])
+	if len(p) == 0 || bytes.IndexByte(p, ' ') >= 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkTensorFlow, pipeline.CheckpointSave, pipeline.CheckpointSingle, p
+	cl.Step = stepSuffix(p, "ckpt-")
+	return true
+}
+
+// levanterSaving reads "Saving|Saved checkpoint to PATH for step N"; the
+// step ends the line, which keeps fairseq's per-shard "Saving checkpoint
+// to FILE" out.
+func levanterSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	start := b[i+len("Sav")] == 'i'
+	rest := b[i+len("Saved checkpoint to "):]
+	if start {
+		rest = b[i+len("Saving checkpoint to "):]
+	}
+	k := bytes.LastIndex(rest, []byte(" for step "))
+	if k <= 0 {
+		return false
+	}
+	step, ok := stepNumber(trimBlank(rest[k+len(" for step "):]))
+	if !ok {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Step, cl.Path, cl.Repeated = pipeline.FrameworkLevanter, pipeline.CheckpointSave, step, trimBlank(rest[:k]), true
+	cl.Phase = pipeline.CheckpointEnd
+	if start {
+		cl.Phase = pipeline.CheckpointStart
+	}
+	return true
+}
+
+// nanoGPTSaving reads nanoGPT's "saving checkpoint to OUT_DIR": the line is
+// those words and one path (a quoted paste's "> " before them is allowed).
+func nanoGPTSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
+	if head := trimBlank(b[:i]); len(head) > 0 && string(head) != ">" {
+		return false
+	}
+	p := trimBlank(b[i+len("saving checkpoint to "):])
+	if len(p) == 0 || bytes.IndexByte(p, ' ') >= 0 {
+		return false
+	}
+	cl.Framework, cl.Op, cl.Phase, cl.Path = pipeline.FrameworkNanoGPT, pipeline.CheckpointSave, pipeline.CheckpointSingle, p
 	return true
 }
 

@@ -392,6 +392,18 @@ func TestTelemetryCandidate(t *testing.T) {
 			fast = fast || bytes.Contains(line, tok)
 		}
 		intRow := tl.Kind == pipeline.TelemetryTestRow && bytes.Contains(tl.Row.Type, []byte("int"))
+		if tl.Kind == pipeline.TelemetryCheckpoint {
+			// Checkpoint lines are found by the slow tokens
+			// (CheckpointTokens), like nanoGPT's "saving checkpoint to out".
+			ck := false
+			for _, tok := range CheckpointTokens {
+				ck = ck || bytes.Contains(line, tok)
+			}
+			if !ck {
+				t.Errorf("%s: checkpoint line has no CheckpointTokens token: %q", file, line)
+			}
+			return
+		}
 		if !fast && !intRow && tl.Framework != pipeline.FrameworkNanoGPT && tl.Kind != pipeline.TelemetryTestVersion {
 			t.Errorf("%s: %s line has no TelemetryTokens token: %q", file, tl.Kind, line)
 		}

@@ -129,6 +129,7 @@ const (
 	FrameworkTensorFlow = "tensorflow" // TensorFlow Estimator / Saver
 	FrameworkFlax       = "flax"       // flax.training.checkpoints
 	FrameworkOrbax      = "orbax"      // Orbax checkpointers (MaxText, Levanter, Flax)
+	FrameworkLevanter   = "levanter"   // Levanter's tensorstore checkpointer
 )
 
 // checkpointEngine reports whether fw is a checkpoint engine that saves
@@ -209,7 +210,14 @@ func (j *telJob) checkpoint(m rowMeta, cl *CheckpointLine, rank int, t time.Time
 	if latest != nil && cl.Phase != CheckpointAmend && sameEvent(latest, cl) &&
 		(otherHost(latest, m) || cl.Repeated && (cl.Step >= 0 || len(cl.Path) > 0)) &&
 		(cl.Phase != CheckpointEnd || s.ended[i]) {
-		return nil
+		// Being that event, it fills in what the event's lines have not
+		// printed yet (R8): Orbax's "Saving checkpoint at step 19" is
+		// followed by "Started save checkpoint @ …/19" on every process.
+		if !fillsIn(latest, cl) {
+			return nil
+		}
+		s.fill(latest, cl, t)
+		return latest
 	}
 	var ev *CheckpointEvent
 	switch cl.Phase {
@@ -335,6 +343,12 @@ func (s *ckptSeries) fill(ev *CheckpointEvent, cl *CheckpointLine, t time.Time) 
 			*d = append(*d, cl.Duration)
 		}
 	}
+}
+
+// fillsIn reports whether cl prints a step, path or duration ev lacks.
+func fillsIn(ev *CheckpointEvent, cl *CheckpointLine) bool {
+	return ev.Step < 0 && cl.Step >= 0 || ev.Path == "" && len(cl.Path) > 0 ||
+		math.IsNaN(ev.Duration) && !math.IsNaN(cl.Duration)
 }
 
 // sameEvent reports whether cl may be a line of ev: the same step where

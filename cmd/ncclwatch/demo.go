@@ -266,24 +266,45 @@ func produceDemo(ctx context.Context, brokers []string) (int64, error) {
 }
 
 // demoMedianStep is the median step time of a job's bundled trainer lines,
-// read with the telemetry parser and assembler the service runs.
-func demoMedianStep(file string) (float64, string, error) {
+// read with the telemetry parser and assembler the service runs, and what
+// their checkpoint lines say (demoCheckpoints; "" without any).
+func demoMedianStep(file string) (float64, string, string, error) {
 	f, err := demoFS.Open(file)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	defer f.Close()
 	s := newScanner(pipeline.Expectation{}, 64<<10)
 	s.enableTelemetry()
 	if err := s.read(file, f, 0); err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
-	for _, tr := range s.result().Training {
+	res := s.result()
+	for _, tr := range res.Training {
 		if tr.MedianStepTime != nil {
-			return *tr.MedianStepTime, tr.Framework, nil
+			return *tr.MedianStepTime, tr.Framework, demoCheckpoints(res.Checkpoints), nil
 		}
 	}
-	return 0, "", fmt.Errorf("%s: no step times", file)
+	return 0, "", "", fmt.Errorf("%s: no step times", file)
+}
+
+// demoCheckpoints says in one line what checkpoint series report: saves,
+// where to, and their durations where the trainer printed one.
+func demoCheckpoints(cs []pipeline.CheckpointReport) string {
+	var parts []string
+	for _, c := range cs {
+		if c.Saves == 0 {
+			continue
+		}
+		p := fmt.Sprintf("%d save(s) to %s (%s)", c.Saves, strings.Join(c.Paths, ", "), c.Framework)
+		if len(c.SaveDurations) == 0 {
+			p += ", no save duration printed"
+		} else {
+			p += fmt.Sprintf(", %s s", strconv.FormatFloat(slices.Max(c.SaveDurations), 'f', -1, 64))
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // sameScale reports whether two jobs are both multi-node and agree on the
@@ -322,11 +343,11 @@ func printDemoCost(w io.Writer, sums map[string]pipeline.JobSummary) error {
 			if g.Verdict != pipeline.VerdictOK || !sameScale(g, b) {
 				continue
 			}
-			bt, bfw, err := demoMedianStep(steps[bad])
+			bt, bfw, bck, err := demoMedianStep(steps[bad])
 			if err != nil {
 				return err
 			}
-			gt, gfw, err := demoMedianStep(steps[good])
+			gt, gfw, gck, err := demoMedianStep(steps[good])
 			if err != nil {
 				return err
 			}
@@ -335,7 +356,13 @@ func printDemoCost(w io.Writer, sums map[string]pipeline.JobSummary) error {
 				printedHeader = true
 			}
 			fmt.Fprintf(w, "  %-16s %-16s %-16s median step %s s (%s)\n", bad, b.Verdict, scale(b), strconv.FormatFloat(bt, 'f', 3, 64), bfw)
+			if bck != "" {
+				fmt.Fprintf(w, "  %-16s checkpoints: %s\n", bad, bck)
+			}
 			fmt.Fprintf(w, "  %-16s %-16s %-16s median step %s s (%s)\n", good, g.Verdict, scale(g), strconv.FormatFloat(gt, 'f', 3, 64), gfw)
+			if gck != "" {
+				fmt.Fprintf(w, "  %-16s checkpoints: %s\n", good, gck)
+			}
 			fmt.Fprintf(w, "  ratio %.2fx: %s takes %.0f%% longer per step than %s\n", bt/gt, bad, (bt/gt-1)*100, good)
 		}
 	}

@@ -73,6 +73,24 @@ func TestDemo(t *testing.T) {
 	if want := fmt.Sprintf("ratio %.2fx: llm-13b-socket takes", ratio); !strings.Contains(out.String(), want) {
 		t.Errorf("demo output lacks %q:\n%s", want, out.String())
 	}
+	// The checkpoint beside the step time: nanoGPT's "saving checkpoint to
+	// out" lines of the bundled trainer excerpt, counted here by hand.
+	for _, c := range []struct{ job, file string }{
+		{"llm-13b-socket", "demo/llm-13b-socket.steps.log"}, {"llm-70b-ib", "demo/llm-70b-ib.steps.log"},
+	} {
+		raw, err := demoFS.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(string(raw), "saving checkpoint to out\n")
+		line := fmt.Sprintf("%-16s checkpoints: ", c.job)
+		switch {
+		case n == 0 && strings.Contains(out.String(), line):
+			t.Errorf("demo output shows checkpoints for %s, whose trainer lines save none:\n%s", c.job, out.String())
+		case n > 0 && !strings.Contains(out.String(), fmt.Sprintf("%s%d save(s) to out (nanogpt), no save duration printed", line, n)):
+			t.Errorf("demo output lacks %s's %d checkpoint save(s):\n%s", c.job, n, out.String())
+		}
+	}
 	if !strings.Contains(out.String(), "silent socket fallback in: llm-13b-socket") {
 		t.Errorf("demo output does not say which job fell back:\n%s", out.String())
 	}
