@@ -28,6 +28,9 @@ var ErrTelemetryConfig = errors.New("invalid telemetry config")
 type TelemetryConfig struct {
 	// JSON names the fields of generic JSON progress lines.
 	JSON JSONFields `yaml:"json"`
+	// Formats are progress-line formats users declare (declared.go,
+	// docs/telemetry.md).
+	Formats []FormatConfig `yaml:"formats"`
 }
 
 // JSONFields names the fields a generic JSON progress line
@@ -87,6 +90,7 @@ func (c TelemetryConfig) Validate() error {
 	if len(c.JSON.Step) == 0 {
 		errs = append(errs, fmt.Errorf("%w: telemetry.json.step: must name at least one field", ErrTelemetryConfig))
 	}
+	errs = append(errs, validateFormats(c.Formats)...)
 	return errors.Join(errs...)
 }
 
@@ -98,10 +102,11 @@ func (c TelemetryConfig) Validate() error {
 // between lines (runs and series are assembled by pipeline.
 // TelemetryAssembler), only a buffer; it is not safe for concurrent use.
 type Telemetry struct {
-	cfg  TelemetryConfig
-	ansi []byte
-	ev   pipeline.Event
-	ckpt Checkpoint // checkpoint save and load lines (checkpoint.go)
+	cfg     TelemetryConfig
+	formats []declaredFormat // cfg.Formats, compiled (declared.go)
+	ansi    []byte
+	ev      pipeline.Event
+	ckpt    Checkpoint // checkpoint save and load lines (checkpoint.go)
 	// pre, when usePre is set, is the NCCL parse of the line (nil: not an
 	// NCCL line), done by Lines on the same stripped text.
 	pre    *pipeline.Event
@@ -109,7 +114,9 @@ type Telemetry struct {
 }
 
 // NewTelemetry returns a parser; cfg must be valid.
-func NewTelemetry(cfg TelemetryConfig) *Telemetry { return &Telemetry{cfg: cfg} }
+func NewTelemetry(cfg TelemetryConfig) *Telemetry {
+	return &Telemetry{cfg: cfg, formats: compileFormats(cfg.Formats)}
+}
 
 // Parse classifies one decoded log line (envelope removed; launcher
 // prefixes, timestamps and ANSI colours are tolerated). It reports whether
@@ -198,6 +205,9 @@ func lastUpdate(line []byte) []byte {
 
 // parse reads b, whose markers (lineSet.mask) are m.
 func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
+	if len(t.formats) > 0 && t.parseDeclared(b, tl) {
+		return true
+	}
 	switch c := b[0]; {
 	case c == '#':
 		return parseTestComment(trimBlank(b[1:]), tl)
@@ -221,7 +231,10 @@ func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
 		}
 	case c == 'E':
 		if hasPrefix(b, "Epoch ") {
-			return parseLightning(b, tl)
+			if parseLightning(b, tl) {
+				return true
+			}
+			tl.Reset() // mmcv's "Epoch [1][100/5005]" is a generic line (134)
 		}
 	case c == '[':
 		if hasPrefix(b, "[epoch=") || hasPrefix(b, "[batch=") {
@@ -271,7 +284,7 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64
 			tl.Reset()
 		}
 	}
-	return false
+	return m&genericMarks != 0 && parseGenericProgress(b, tl)
 }
 
 // lineSet finds the markers of a telemetry line's parsers in one pass:
@@ -292,6 +305,9 @@ func lineSpecs() []tokenSpec {
 	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokNCCLInfo}}
 	for _, p := range progressParsers {
 		specs = append(specs, tokenSpec{tok: p.marker})
+	}
+	for _, t := range progressMarkers {
+		specs = append(specs, tokenSpec{tok: t})
 	}
 	return specs
 }
@@ -1856,6 +1872,8 @@ var TelemetryTokens = [...][]byte{
 	[]byte("fp8"),             // … fp8_e4m3, fp8_e5m2 (rccl-tests)
 	[]byte("tflops"),          // JSON tflops, tflops_per_gpu; torchtitan "tflops:"
 	[]byte("mfu"),             // JSON mfu; torchtitan "mfu:", nanoGPT ", mfu "
+	// Generic progress lines (progress.go: progressMarkers).
+	[]byte("loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"), []byte("ens/s"), []byte("les/s"),
 }
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their
