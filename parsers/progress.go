@@ -228,8 +228,8 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 		// A unit may still name the figure ("ips: 3.74 samples/sec").
 		if j < len(words) && !words[j].strong {
 			if u := rateUnit(trimQuote(words[j].b)); u != keyNone {
-				if v, ok := numberPrefix(val); ok {
-					p.set(u, v, nil)
+				if num, _ := splitUnit(val); len(num) > 0 {
+					p.set(u, num, trimQuote(words[j].b))
 					return j + 1
 				}
 			}
@@ -237,8 +237,7 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 		return j
 	}
 	num, glued := splitUnit(val)
-	v, ok := parseNumber(num)
-	if !ok || (len(glued) > 0 && f != keyTime && !(len(glued) == 1 && glued[0] == '%')) {
+	if _, ok := parseNumber(num); !ok || (len(glued) > 0 && f != keyTime && !(len(glued) == 1 && glued[0] == '%')) {
 		return j // "Time=07:29:39" is a clock (137), "12.5k" no figure
 	}
 	if len(glued) == 0 && j < len(words) && !words[j].strong && isUnitWord(trimQuote(words[j].b)) {
@@ -248,7 +247,7 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 	if len(unit) == 0 {
 		unit = glued
 	}
-	p.set(f, v, unit)
+	p.set(f, num, unit)
 	return j
 }
 
@@ -277,21 +276,20 @@ func (p *progressLine) value(words []pword, i int) int {
 		}
 	}
 	num, glued := splitUnit(w)
-	v, ok := parseNumber(num)
-	if !ok {
+	if _, ok := parseNumber(num); !ok {
 		return i + 1
 	}
 	if len(glued) == 0 && i+1 < len(words) && !words[i+1].strong {
 		if u := rateUnit(trimQuote(words[i+1].b)); u != keyNone {
-			p.set(u, v, trimQuote(words[i+1].b))
+			p.set(u, num, trimQuote(words[i+1].b))
 			return i + 2
 		}
 		return i + 1
 	}
 	if u := rateUnit(glued); u != keyNone {
-		p.set(u, v, glued)
+		p.set(u, num, glued)
 	} else if words[i].strong && durationUnit(glued) && (i+1 == len(words) || words[i+1].strong) {
-		p.set(keyTime, v, glued)
+		p.set(keyTime, num, glued)
 	}
 	return i + 1
 }
@@ -338,22 +336,30 @@ func (p *progressLine) brackets(b []byte, off int) (end int, ok bool) {
 	return i, true
 }
 
-// set records a figure of field f, the first of each field winning.
-func (p *progressLine) set(f progressField, v float64, unit []byte) {
+// set records a figure of field f, the number num in unit, the first of
+// each field winning.
+func (p *progressLine) set(f progressField, num, unit []byte) {
 	tl := p.tl
+	if f == keyTimeRate { // a time per step: "sec/step", "ms/iter"
+		f, unit = keyTime, unit[:bytes.IndexByte(unit, '/')]
+	}
+	if f == keyTime {
+		exp, ok := secondsExp(unit)
+		if !ok || !math.IsNaN(tl.StepTime) {
+			return
+		}
+		// Scaled in decimal: 561.94 ms is 0.56194 s to the last bit.
+		if v, ok := parseScaled(num, exp); ok && v >= 0 {
+			tl.StepTime = v
+			p.figures++
+		}
+		return
+	}
+	v, ok := parseNumber(num)
+	if !ok || (v < 0 && f != keyLoss && f != keyMFU) {
+		return
+	}
 	switch f {
-	case keyTime:
-		s, ok := secondsIn(unit)
-		if !ok || v < 0 || !math.IsNaN(tl.StepTime) {
-			return
-		}
-		tl.StepTime = v * s
-	case keyTimeRate: // a rate unit that is a time per step: "sec/step"
-		s, _ := secondsIn(unit[:bytes.IndexByte(unit, '/')])
-		if !math.IsNaN(tl.StepTime) {
-			return
-		}
-		tl.StepTime = v * s
 	case keyTokens:
 		if !math.IsNaN(tl.TokensPerS) {
 			return
@@ -481,21 +487,22 @@ func isUnitWord(u []byte) bool {
 	if len(u) == 0 {
 		return false
 	}
-	if _, ok := secondsIn(u); ok {
+	if _, ok := secondsExp(u); ok {
 		return true
 	}
 	return len(u) == 1 && u[0] == '%'
 }
 
-// secondsIn returns the seconds in one unit of time u ("" is seconds).
-func secondsIn(u []byte) (float64, bool) {
+// secondsExp returns the power of ten of seconds in one unit of time u
+// ("" is seconds).
+func secondsExp(u []byte) (int, bool) {
 	switch string(u) {
 	case "", "s", "sec", "secs", "second", "seconds":
-		return 1, true
+		return 0, true
 	case "ms", "msec":
-		return 1e-3, true
+		return -3, true
 	case "us":
-		return 1e-6, true
+		return -6, true
 	}
 	return 0, false
 }
@@ -635,12 +642,6 @@ func splitUnit(w []byte) (num, unit []byte) {
 		i++
 	}
 	return w, nil
-}
-
-// numberPrefix parses the number at the start of w.
-func numberPrefix(w []byte) (float64, bool) {
-	num, _ := splitUnit(trimQuote(w))
-	return parseNumber(num)
 }
 
 // cutFraction splits "N/M" at its slash; den is nil without one.
