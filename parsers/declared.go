@@ -40,18 +40,20 @@ type declaredFormat struct {
 type formatPart struct {
 	lit   []byte
 	f     progressField
+	exp   int // a power of ten applied in decimal (ms: -3), exactly
 	scale float64
 }
 
-// declaredFields are the placeholder names, their fields and units (the
-// first unit is the default; its scale converts to the field's unit).
+// declaredFields are the placeholder names, their fields and units (def
+// is the default). A unit's number converts to the field's unit: a
+// factor, or for step_time's ms and us a power of ten (negative).
 var declaredFields = map[string]struct {
 	f     progressField
 	units map[string]float64
 	def   string
 }{
 	"step":          {keyStep, nil, ""},
-	"step_time":     {keyTime, map[string]float64{"s": 1, "ms": 1e-3, "us": 1e-6, "min": 60}, "s"},
+	"step_time":     {keyTime, map[string]float64{"s": 1, "ms": -3, "us": -6, "min": 60}, "s"},
 	"tokens_per_s":  {keyTokens, nil, ""},
 	"samples_per_s": {keySamples, nil, ""},
 	"it_per_s":      {keyItPerS, nil, ""},
@@ -129,7 +131,7 @@ func compilePattern(pat string) ([]formatPart, error) {
 			return nil, fmt.Errorf("{%s} twice", name)
 		}
 		have[name] = true
-		scale := 1.0
+		scale, exp := 1.0, 0
 		if unit != "" || d.units != nil {
 			if unit == "" {
 				unit = d.def
@@ -139,11 +141,14 @@ func compilePattern(pat string) ([]formatPart, error) {
 				return nil, fmt.Errorf("{%s}: unit %q does not fit %s", ph, unit, name)
 			}
 			scale = s
+			if s < 0 {
+				scale, exp = 1, int(s)
+			}
 		}
 		if n := len(parts); n > 0 && parts[n-1].lit == nil {
 			return nil, fmt.Errorf("{%s} follows another placeholder: literal text must separate them", ph)
 		}
-		parts = append(parts, formatPart{f: d.f, scale: scale})
+		parts = append(parts, formatPart{f: d.f, exp: exp, scale: scale})
 	}
 	if !have["step"] {
 		return nil, fmt.Errorf("no {step} placeholder")
@@ -234,7 +239,7 @@ func (f *declaredFormat) matchAt(b []byte, s int, tl *pipeline.TelemetryLine) bo
 			tl.Step = v
 			continue
 		}
-		v, ok := parseNumber(text)
+		v, ok := parseScaled(text, p.exp)
 		if !ok {
 			return false
 		}
