@@ -12,10 +12,10 @@ import (
 // family.
 var docFormats = []FormatConfig{
 	{Name: "colon", Token: "loss:", Pattern: "it: {step}, loss: {loss}, dt: {step_time:ms}ms"},
-	{Name: "equals", Token: "lossv=", Pattern: "upd={step} lossv={loss} tput={tokens_per_s}"},
+	{Name: "equals", Token: "loss=", Pattern: "upd={step} loss={loss} tput={tokens_per_s}"},
 	{Name: "blank", Token: "Loss", Pattern: "round {step} Loss {loss} speed {it_per_s}"},
-	{Name: "unit", Token: "loss", Pattern: "#{step} loss {loss} took {step_time:min} min"},
-	{Name: "json", Token: `"loss"`, Pattern: `"upd": {step}, "loss": {loss}, "sec": {step_time}`},
+	{Name: "unit", Token: "loss:", Pattern: "#{step} loss: {loss} took {step_time:min} min"},
+	{Name: "json", Token: `"step_time"`, Pattern: `"upd": {step}, "loss": {loss}, "step_time": {step_time}`},
 	{Name: "mfu", Token: "mfu", Pattern: "batch [{step}] mfu={mfu:fraction}"},
 }
 
@@ -35,10 +35,10 @@ func TestDeclaredFormats(t *testing.T) {
 			step(l, "colon", 7)
 			l.Rank, l.Loss, l.StepTime = 3, 2.5, 0.012
 		}},
-		{"upd=88 lossv=1.9 tput=5,120.5", func(l *pipeline.TelemetryLine) { step(l, "equals", 88); l.Loss, l.TokensPerS = 1.9, 5120.5 }},
+		{"upd=88 loss=1.9 tput=5,120.5", func(l *pipeline.TelemetryLine) { step(l, "equals", 88); l.Loss, l.TokensPerS = 1.9, 5120.5 }},
 		{"round 7 Loss 0.52 speed 3.1", func(l *pipeline.TelemetryLine) { step(l, "blank", 7); l.Loss, l.ItPerS = 0.52, 3.1 }},
-		{"#12 loss 2.2 took 1.5 min", func(l *pipeline.TelemetryLine) { step(l, "unit", 12); l.Loss, l.StepTime = 2.2, 90 }},
-		{`{"upd": 12, "loss": 2.2, "sec": 0.9}`, func(l *pipeline.TelemetryLine) { step(l, "json", 12); l.Loss, l.StepTime = 2.2, 0.9 }},
+		{"#12 loss: 2.2 took 1.5 min", func(l *pipeline.TelemetryLine) { step(l, "unit", 12); l.Loss, l.StepTime = 2.2, 90 }},
+		{`{"upd": 12, "loss": 2.2, "step_time": 0.9}`, func(l *pipeline.TelemetryLine) { step(l, "json", 12); l.Loss, l.StepTime = 2.2, 0.9 }},
 		{"batch [5] mfu=0.41", func(l *pipeline.TelemetryLine) { step(l, "mfu", 5); l.MFU = 41 }},
 		// Not the format: a placeholder needs a number, the step an integer.
 		{"it: x, loss: 2.31, dt: 410ms", nil},
@@ -93,7 +93,7 @@ func TestDeclaredFormatsValidate(t *testing.T) {
 // FuzzDeclaredFormats: a line a declared format reads holds its token and
 // a finder token, no NCCL, and a step; a second read gives the same.
 func FuzzDeclaredFormats(f *testing.F) {
-	for _, s := range []string{"it: 120, loss: 2.31, dt: 410ms", "upd=88 lossv=1.9 tput=5,120.5", "#12 loss 2.2 took 1.5 min", `{"upd": 12, "loss": 2.2, "sec": 0.9}`, "batch [5] mfu=0.41 batch [6] mfu=2"} {
+	for _, s := range []string{"it: 120, loss: 2.31, dt: 410ms", "upd=88 loss=1.9 tput=5,120.5", "#12 loss: 2.2 took 1.5 min", `{"upd": 12, "loss": 2.2, "step_time": 0.9}`, "batch [5] mfu=0.41 batch [6] mfu=2"} {
 		f.Add([]byte(s))
 	}
 	cfg := DefaultTelemetryConfig()

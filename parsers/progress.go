@@ -13,14 +13,24 @@ import (
 // the sample in testdata/telemetry (115–144, SOURCES.md) that shows it.
 
 // progressMarkers gate the generic reader: it runs only on a line holding
-// one of them (a lineSet marker, found in the pass that finds the named
-// readers' markers, so other lines cost nothing more). Each is a finder
-// token (TelemetryTokens), so a line the reader reads is one the finder
-// hands on (FuzzFinderCovers).
+// one of them, a lineSet marker found in the pass that finds the named
+// readers' markers, so a line without one costs one more mask test. Each
+// holds a finder token (TelemetryTokens), so a line the reader reads is one
+// the finder hands on (FuzzFinderCovers). They are chosen so that the
+// named trainers' lines, most of a job's output, hold few of their anchor
+// pairs:
+//
+// "loss" alone is not one: it is in every Hugging Face dict ("'loss'"),
+// and would add an anchor hit to each; "loss:", "loss=", "_loss",
+// "Loss:" and "Loss=" anchor on pairs rare in trainer output, and a
+// duration glued to its digits ("561.94ms") stands for the "loss 4.08,
+// time 561.94ms" lines that have no colon.
 var progressMarkers = [...][]byte{
-	[]byte("loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"), []byte("ens/s"),
-	[]byte("les/s"), []byte("_time"), []byte("(ms)"), []byte("_per_s"), []byte("tflops"), []byte("mfu"),
-	[]byte("TFLOP/s"), []byte("/second"),
+	[]byte("loss:"), []byte("loss="), []byte("_loss"), []byte("Loss:"), []byte("Loss="), []byte("/sec"), []byte("sec/"),
+	[]byte("tok/s"), []byte("-second"), []byte("0ms"), []byte("1ms"), []byte("2ms"), []byte("3ms"), []byte("4ms"),
+	[]byte("5ms"), []byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"),
+	[]byte("_time"), []byte("(ms)"), []byte("_per_s"), []byte("tflops"), []byte("mfu"), []byte("TFLOP/s"),
+	[]byte("/second"),
 }
 
 // maxProgressWords bounds the fields looked at in one line: progress lines

@@ -91,7 +91,7 @@ var progressCases = []struct {
 			step(l, pipeline.FrameworkProgress, 12)
 			l.StepTime, l.MFU = 0.41, 41
 		}},
-	{"s/it is inverted", `step 5, loss 2.0, 2.5 s/it`,
+	{"s/it is inverted", `step 5, loss: 2.0, 2.5 s/it`,
 		func(l *pipeline.TelemetryLine) {
 			step(l, pipeline.FrameworkProgress, 5)
 			l.Loss, l.ItPerS = 2, 0.4
@@ -108,6 +108,7 @@ var progressCases = []struct {
 	{"NCCL line", `host:1:1 [0] NCCL INFO step 5 loss 2.0 time 1.0s`, nil},
 	{"JSON is the JSON reader's", `{"iter": 5, "loss": 2.0, "time": 1.0}`, nil},
 	{"a step and no figure", `step 5 of 100 done, lr 0.1, Loss scale 1024`, nil},
+	{"no finder token: not read", `step 5, loss 2.0, time 1.5s`, nil},
 }
 
 func TestGenericProgress(t *testing.T) {

@@ -1873,7 +1873,9 @@ var TelemetryTokens = [...][]byte{
 	[]byte("tflops"),          // JSON tflops, tflops_per_gpu; torchtitan "tflops:"
 	[]byte("mfu"),             // JSON mfu; torchtitan "mfu:", nanoGPT ", mfu "
 	// Generic progress lines (progress.go: progressMarkers).
-	[]byte("loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"), []byte("ens/s"), []byte("les/s"),
+	[]byte("loss:"), []byte("loss="), []byte("_loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"),
+	[]byte("-second"), []byte("0ms"), []byte("1ms"), []byte("2ms"), []byte("3ms"), []byte("4ms"), []byte("5ms"),
+	[]byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"),
 }
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their
