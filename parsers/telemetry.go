@@ -25,6 +25,9 @@ var ErrTelemetryConfig = errors.New("invalid telemetry config")
 type TelemetryConfig struct {
 	// JSON names the fields of generic JSON progress lines.
 	JSON JSONFields `yaml:"json"`
+	// Formats are progress-line formats users declare (declared.go,
+	// docs/telemetry.md).
+	Formats []FormatConfig `yaml:"formats"`
 }
 
 // JSONFields names the fields a generic JSON progress line
@@ -84,6 +87,7 @@ func (c TelemetryConfig) Validate() error {
 	if len(c.JSON.Step) == 0 {
 		errs = append(errs, fmt.Errorf("%w: telemetry.json.step: must name at least one field", ErrTelemetryConfig))
 	}
+	errs = append(errs, validateFormats(c.Formats)...)
 	return errors.Join(errs...)
 }
 
@@ -95,10 +99,11 @@ func (c TelemetryConfig) Validate() error {
 // between lines (runs and series are assembled by pipeline.
 // TelemetryAssembler), only a buffer; it is not safe for concurrent use.
 type Telemetry struct {
-	cfg  TelemetryConfig
-	ansi []byte
-	ev   pipeline.Event
-	ckpt Checkpoint // checkpoint save and load lines (checkpoint.go)
+	cfg     TelemetryConfig
+	formats []declaredFormat // cfg.Formats, compiled (declared.go)
+	ansi    []byte
+	ev      pipeline.Event
+	ckpt    Checkpoint // checkpoint save and load lines (checkpoint.go)
 	// pre, when usePre is set, is the NCCL parse of the line (nil: not an
 	// NCCL line), done by Lines on the same stripped text.
 	pre    *pipeline.Event
@@ -106,7 +111,9 @@ type Telemetry struct {
 }
 
 // NewTelemetry returns a parser; cfg must be valid.
-func NewTelemetry(cfg TelemetryConfig) *Telemetry { return &Telemetry{cfg: cfg} }
+func NewTelemetry(cfg TelemetryConfig) *Telemetry {
+	return &Telemetry{cfg: cfg, formats: compileFormats(cfg.Formats)}
+}
 
 // Parse classifies one decoded log line (envelope removed; launcher
 // prefixes, timestamps and ANSI colours are tolerated). It reports whether
@@ -195,6 +202,9 @@ func lastUpdate(line []byte) []byte {
 
 // parse reads b, whose markers (lineSet.mask) are m.
 func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
+	if len(t.formats) > 0 && t.parseDeclared(b, tl) {
+		return true
+	}
 	switch c := b[0]; {
 	case c == '#':
 		return parseTestComment(trimBlank(b[1:]), tl)
@@ -218,7 +228,10 @@ func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
 		}
 	case c == 'E':
 		if hasPrefix(b, "Epoch ") {
-			return parseLightning(b, tl)
+			if parseLightning(b, tl) {
+				return true
+			}
+			tl.Reset() // mmcv's "Epoch [1][100/5005]" is a generic line (134)
 		}
 	case c == '[':
 		if hasPrefix(b, "[epoch=") || hasPrefix(b, "[batch=") {
@@ -268,7 +281,7 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64
 			tl.Reset()
 		}
 	}
-	return false
+	return m&genericMarks != 0 && parseGenericProgress(b, tl)
 }
 
 // lineSet finds the markers of a telemetry line's parsers in one pass:
@@ -290,6 +303,9 @@ func lineSpecs() []tokenSpec {
 	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokRestoringParameters}, {tok: tokNCCLInfo}}
 	for _, p := range progressParsers {
 		specs = append(specs, tokenSpec{tok: p.marker})
+	}
+	for _, t := range progressMarkers {
+		specs = append(specs, tokenSpec{tok: t})
 	}
 	return specs
 }
@@ -404,6 +420,10 @@ var TelemetryTokens = [...][]byte{
 	[]byte("fp8"),             // … fp8_e4m3, fp8_e5m2 (rccl-tests)
 	[]byte("tflops"),          // JSON tflops, tflops_per_gpu; torchtitan "tflops:"
 	[]byte("mfu"),             // JSON mfu; torchtitan "mfu:", nanoGPT ", mfu "
+	// Generic progress lines (progress.go: progressMarkers).
+	[]byte("loss:"), []byte("loss="), []byte("_loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"),
+	[]byte("-second"), []byte("0ms"), []byte("1ms"), []byte("2ms"), []byte("3ms"), []byte("4ms"), []byte("5ms"),
+	[]byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"),
 }
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their

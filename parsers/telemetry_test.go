@@ -125,13 +125,27 @@ var telCases = []telCase{
 			l.StepTime, l.MFU = 1.01823, 15.11
 		}},
 	{"103 nanogpt eval line", `step 250: train loss 1.5440, val loss 1.7220`, nil},
+	// Lines the named readers decline for want of their finder token hold
+	// "loss", a token of the generic reader (docs/telemetry.md): it reads
+	// them by the generic rules (MaxText's "seconds" is no step-time key).
+	{"nanogpt before mfu", `iter 10: loss 3.2202, time 893.76ms`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 10)
+			l.Loss, l.StepTime = 3.2202, 0.89376
+		}},
+	{"torchtitan without memory", `[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  tps: 10,050`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 4)
+			l.Loss, l.TokensPerS = 7.62585, 10050
+		}},
+	{"maxtext without tflops", `completed step: 3, seconds: 10.344, loss: 12.979`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 3)
+			l.Loss = 12.979
+		}},
 	// Lines the finder would not hand on are no telemetry lines
-	// (FuzzFinderCovers): nanoGPT before mfu, a torchtitan line without
-	// its memory figure, MaxText without TFLOP/s, nccl-tests lines without
-	// their Pid, minBytes or a type name.
-	{"nanogpt before mfu", `iter 10: loss 3.2202, time 893.76ms`, nil},
-	{"torchtitan without memory", `[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  tps: 10,050`, nil},
-	{"maxtext without tflops", `completed step: 3, seconds: 10.344, loss: 12.979`, nil},
+	// (FuzzFinderCovers): nccl-tests lines without their Pid, minBytes or
+	// a type name.
 	{"nccl-tests device without pid", `#  Rank  0 Group  0 on gpu01 device  0 [0x00] Tesla T4`, nil},
 	{"nccl-tests params without bytes", `# nThread 1 nGpus 1 warmup iters: 5`, nil},
 	{"nccl-tests row of no type", `           4             1     f    none       0    27.06    0.00    0.00    N/A    27.03    0.00    0.00    N/A`, nil},

@@ -95,6 +95,7 @@ const (
 	FrameworkJSON       = "json"       // generic JSON progress lines
 	FrameworkNanoGPT    = "nanogpt"    // nanoGPT "iter N: loss …, time …ms, mfu …%"
 	FrameworkMaxText    = "maxtext"    // MaxText "completed step: N, seconds: …"
+	FrameworkProgress   = "progress"   // generic progress lines (parsers/progress.go)
 )
 
 // NCCLTestResult is one half (out-of-place or in-place) of an nccl-tests

@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/kafka"
 	"github.com/ncclwatch/ncclwatch/rules"
@@ -33,6 +34,9 @@ type serviceConfig struct {
 	Decoder    decoderSettings        `yaml:"decoder"`
 	Expect     pipeline.Expectation   `yaml:"expect"`
 	Rules      rules.ServiceConfig    `yaml:"rules"`
+	// Telemetry configures the telemetry line parser: JSON field names
+	// and declared progress-line formats (docs/telemetry.md).
+	Telemetry parsers.TelemetryConfig `yaml:"telemetry"`
 }
 
 type httpConfig struct {
@@ -72,6 +76,7 @@ func defaultServiceConfig() serviceConfig {
 		Log:        logConfig{Level: "info"},
 		Decoder:    decoderSettings{MaxLineBytes: 64 << 10},
 		Rules:      rules.DefaultServiceConfig(),
+		Telemetry:  parsers.DefaultTelemetryConfig(),
 		// Migrations apply at start: a fresh database works without a
 		// separate step; `migrate: false` leaves the schema to its owner.
 		Migrate: true,
@@ -154,7 +159,7 @@ func (c *serviceConfig) sasl() *kafka.SASLConfig {
 
 // validate checks every component's configuration once at start.
 func (c *serviceConfig) validate() error {
-	errs := []error{c.Kafka.Validate(), c.ClickHouse.Validate(), c.Pipeline.Validate(), c.Rules.Validate()}
+	errs := []error{c.Kafka.Validate(), c.ClickHouse.Validate(), c.Pipeline.Validate(), c.Rules.Validate(), c.Telemetry.Validate()}
 	if c.Decoder.MaxLineBytes <= 0 {
 		errs = append(errs, errors.New("decoder.max_line_bytes: must be > 0"))
 	}

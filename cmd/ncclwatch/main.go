@@ -25,6 +25,7 @@ commands:
   run      the service: Kafka → classify → ClickHouse, with /metrics
   migrate  apply the ClickHouse schema migrations
   rules    check rule files and run rule scenarios (rules check|test FILE...)
+  telemetry  show what each log line gives as telemetry (telemetry test --config FILE LOG...)
   replay   produce log files into Kafka as Fluent Bit records
   version  print the version
 
@@ -87,6 +88,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runMigrate(args[1:], stdout, stderr)
 	case "rules":
 		return runRules(args[1:], stdout, stderr)
+	case "telemetry":
+		return runTelemetry(args[1:], stdin, stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "version", "--version":

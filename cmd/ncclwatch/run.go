@@ -344,7 +344,7 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		if cfg.Decoder.NoTelemetry {
 			return &parsers.Lines{}
 		}
-		return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		return parsers.NewLines(parsers.NewTelemetry(cfg.Telemetry))
 	}
 	live := newLiveJobs(liveJobsMax)
 	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
