@@ -63,8 +63,8 @@ type Topology struct {
 	Crosses string `json:"crosses"`
 }
 
-// values returns the distinct values of level.
-func (t *Topology) values(level string) []string {
+// Values returns the distinct values of level (one of TopologyLevels).
+func (t *Topology) Values(level string) []string {
 	switch level {
 	case LevelRegion:
 		return t.Regions
@@ -141,7 +141,7 @@ func (inv *Inventory) Topology(nodes []string, e Expectation, sum *JobSummary) {
 		return
 	}
 	for _, level := range TopologyLevels[:within+1] {
-		if vs := t.values(level); len(vs) > 1 {
+		if vs := t.Values(level); len(vs) > 1 {
 			t.Crosses = level
 			break
 		}
@@ -149,7 +149,7 @@ func (inv *Inventory) Topology(nodes []string, e Expectation, sum *JobSummary) {
 	if t.Crosses == "" {
 		return
 	}
-	vs := t.values(t.Crosses)
+	vs := t.Values(t.Crosses)
 	what := "RDMA job"
 	if t.Crosses == LevelClique {
 		what = "multi-node NVLink job"
