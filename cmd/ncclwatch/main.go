@@ -25,6 +25,7 @@ commands:
   run      the service: Kafka → classify → ClickHouse, with /metrics
   migrate  apply the ClickHouse schema migrations
   rules    check rule files and run rule scenarios (rules check|test FILE...)
+  inventory  turn kubectl get nodes -o json into the node inventory (inventory import)
   replay   produce log files into Kafka as Fluent Bit records
   version  print the version
 
@@ -87,6 +88,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runMigrate(args[1:], stdout, stderr)
 	case "rules":
 		return runRules(args[1:], stdout, stderr)
+	case "inventory":
+		return runInventory(args[1:], stdin, stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "version", "--version":
