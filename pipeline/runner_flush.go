@@ -117,6 +117,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		// keeps the topology of its last one.
 		k := JobKey(sums[i].Cluster, sums[i].Namespace, sums[i].Job)
 		sums[i].Topology = r.topology[k]
+		sums[i].Topology.Explain(&sums[i])
 		delete(r.topology, k)
 	}
 	r.batch.Jobs = append(r.batch.Jobs, sums...)

@@ -146,7 +146,13 @@ func (inv *Inventory) Topology(nodes []string, e Expectation, sum *JobSummary) {
 			break
 		}
 	}
-	if t.Crosses == "" {
+	t.Explain(sum)
+}
+
+// Explain adds to sum the reason and the evidence of t's crossing (none
+// when t is nil or crosses nothing), once.
+func (t *Topology) Explain(sum *JobSummary) {
+	if t == nil || t.Crosses == "" {
 		return
 	}
 	vs := t.Values(t.Crosses)
@@ -160,9 +166,10 @@ func (inv *Inventory) Topology(nodes []string, e Expectation, sum *JobSummary) {
 	}
 	r := fmt.Sprintf("%s spans %d %s (%s); %s it within one %s", what, len(vs), plural(t.Crosses),
 		strings.Join(vs, ", "), pools, t.Within)
-	if !slices.Contains(sum.Reasons, r) {
-		sum.Reasons = append(sum.Reasons, r)
+	if slices.Contains(sum.Reasons, r) {
+		return
 	}
+	sum.Reasons = append(sum.Reasons, r)
 	sum.Evidence = append(sum.Evidence, Evidence{Field: "topology", Kind: KindTopologySpan,
 		Detail: fmt.Sprintf("%s %s of %d known nodes; within %s", plural(t.Crosses), strings.Join(vs, ", "), t.Nodes, t.Within)})
 }
