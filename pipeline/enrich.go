@@ -73,26 +73,40 @@ func SplitJobKey(key string) (cluster, namespace, job string) {
 	return cluster, namespace, job
 }
 
-// NodeFacts is what the inventory knows about a node.
+// NodeFacts is what the inventory knows about a node. Region, Zone,
+// Block, Subblock, Rack and Clique place it in the cluster's topology
+// (widest first; pipeline/topology.go), as `ncclwatch inventory import`
+// reads them from node labels; RDMASpan is the pool's policy on how far a
+// multi-node RDMA job may spread.
 type NodeFacts struct {
-	Node        string `yaml:"node"`
-	Pool        string `yaml:"pool"`
-	Zone        string `yaml:"zone"`
-	Rack        string `yaml:"rack"`
-	RDMACapable *bool  `yaml:"rdma_capable"`
-	HCAs        int    `yaml:"hcas"`
-	GDRExpected *bool  `yaml:"gdr_expected"`
+	Node     string `yaml:"node"`
+	Pool     string `yaml:"pool,omitempty"`
+	Region   string `yaml:"region,omitempty"`
+	Zone     string `yaml:"zone,omitempty"`
+	Block    string `yaml:"block,omitempty"`
+	Subblock string `yaml:"subblock,omitempty"`
+	Rack     string `yaml:"rack,omitempty"`
+	// Clique is the node's multi-node NVLink domain (nvidia.com/gpu.clique).
+	Clique string `yaml:"clique,omitempty"`
+	// RDMASpan is the widest topology level a multi-node RDMA job on the
+	// node must stay within: one of TopologyLevels, or "any"; empty means
+	// DefaultRDMASpan.
+	RDMASpan    string `yaml:"rdma_span,omitempty"`
+	RDMACapable *bool  `yaml:"rdma_capable,omitempty"`
+	HCAs        int    `yaml:"hcas,omitempty"`
+	GDRExpected *bool  `yaml:"gdr_expected,omitempty"`
 	// GDREveryGPU says every GPU of the node sits near a NIC, so partial
 	// receive-side GDR there is degraded, not only a reason.
-	GDREveryGPU *bool `yaml:"gdr_every_gpu"`
+	GDREveryGPU *bool `yaml:"gdr_every_gpu,omitempty"`
 }
 
 // Inventory holds node facts loaded from a YAML or CSV file and reloads the
 // file when it changes. It is safe for concurrent use.
 //
 // YAML: a list of NodeFacts, or {nodes: [...]}. CSV: a header row naming
-// the columns node,pool,zone,rack,rdma_capable,hcas,gdr_expected,gdr_every_gpu (any
-// order; missing columns are unknown).
+// the columns node,pool,region,zone,block,subblock,rack,clique,rdma_span,
+// rdma_capable,hcas,gdr_expected,gdr_every_gpu (any order; missing columns
+// are unknown).
 type Inventory struct {
 	path  string
 	mu    sync.RWMutex
@@ -194,6 +208,10 @@ func ParseInventory(name string, b []byte) (map[string]NodeFacts, error) {
 		if n.Node == "" {
 			return nil, fmt.Errorf("inventory %s: entry %d: node: must not be empty", name, i+1)
 		}
+		if n.RDMASpan != "" && n.RDMASpan != SpanAny && levelRank(n.RDMASpan) < 0 {
+			return nil, fmt.Errorf("inventory %s: entry %d (%s): rdma_span: %q is not one of any, %s", name, i+1, n.Node,
+				n.RDMASpan, strings.Join(TopologyLevels, ", "))
+		}
 		out[n.Node] = n
 	}
 	return out, nil
@@ -229,7 +247,8 @@ func parseInventoryCSV(b []byte) ([]NodeFacts, error) {
 			}
 			return ""
 		}
-		n := NodeFacts{Node: get("node"), Pool: get("pool"), Zone: get("zone"), Rack: get("rack")}
+		n := NodeFacts{Node: get("node"), Pool: get("pool"), Region: get("region"), Zone: get("zone"), Block: get("block"),
+			Subblock: get("subblock"), Rack: get("rack"), Clique: get("clique"), RDMASpan: get("rdma_span")}
 		if v := get("rdma_capable"); v != "" {
 			bv, err := strconv.ParseBool(v)
 			if err != nil {

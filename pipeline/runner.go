@@ -139,8 +139,12 @@ type Runner struct {
 	carried       []string
 	owed          map[partKey]int64
 	shown         map[string]int
-	linef         func(*Record)
-	foldf         func(*Record, *TelemetryLine)
+	// topology is each job's last Topology (Inventory.Topology), for the
+	// final summary of a job the assembler pushed out, whose nodes it no
+	// longer knows.
+	topology map[string]*Topology
+	linef    func(*Record)
+	foldf    func(*Record, *TelemetryLine)
 	// resets counts reset calls: a parse job carries the count it was sent
 	// under, and a worker drops its decoders when it changed.
 	resets uint64
@@ -231,6 +235,7 @@ func (r *Runner) reset() {
 	r.deferred, r.carried = false, nil
 	r.owed = map[partKey]int64{}
 	r.shown = map[string]int{}
+	r.topology = map[string]*Topology{}
 	r.dec.reset()
 	r.sampler = nil
 	r.resets++

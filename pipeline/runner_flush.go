@@ -86,13 +86,19 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	r.batch.Comms, r.batch.Unnamed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unnamed[:0], r.batch.Jobs[:0]
 	r.batch.Nodes, r.batch.Telemetry = r.batch.Nodes[:0], r.batch.Telemetry[:0]
 	for _, j := range jobs {
-		if inv := r.deps.Inventory; inv != nil {
-			e := inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
+		var e Expectation
+		inv := r.deps.Inventory
+		if inv != nil {
+			e = inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
 			r.asm.SetExpectation(j, &e)
 		}
 		comms, sum, ok := r.asm.Summaries(j)
 		if !ok {
 			continue
+		}
+		if inv != nil {
+			inv.Topology(r.asm.Nodes(j), e, &sum)
+			r.topology[j] = sum.Topology
 		}
 		r.shown[j] = r.asm.Created(j)
 		r.batch.addComms(comms, slices.Contains(evict, j))
@@ -106,6 +112,14 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	// summarized while the commit covers them.
 	comms, sums := r.asm.Pushed()
 	r.batch.addComms(comms, true)
+	for i := range sums {
+		// A pushed job's nodes went with its state: its final summary
+		// keeps the topology of its last one.
+		k := JobKey(sums[i].Cluster, sums[i].Namespace, sums[i].Job)
+		sums[i].Topology = r.topology[k]
+		sums[i].Topology.Explain(&sums[i])
+		delete(r.topology, k)
+	}
 	r.batch.Jobs = append(r.batch.Jobs, sums...)
 	if r.deps.Observe {
 		for _, j := range jobs {
@@ -218,6 +232,7 @@ func (r *Runner) evict(j string) {
 	r.tel.Evict(j)
 	delete(r.touched, j)
 	delete(r.shown, j)
+	delete(r.topology, j)
 	r.foldedJob = ""
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Evictions.Inc()

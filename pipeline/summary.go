@@ -169,4 +169,8 @@ type JobSummary struct {
 	FirstSeen    time.Time  `json:"first_seen"`
 	LastSeen     time.Time  `json:"last_seen"`
 	Version      uint64     `json:"version"` // as CommSummary.Version
+	// Topology is where the job's nodes sit and whether it spans more
+	// than its pools allow (Inventory.Topology); null without a node
+	// inventory or Kubernetes nodes.
+	Topology *Topology `json:"topology"`
 }

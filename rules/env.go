@@ -97,6 +97,43 @@ type JobView struct {
 	FirstSeen    time.Time     `expr:"first_seen"`
 	LastSeen     time.Time     `expr:"last_seen"`
 	Age          time.Duration `expr:"age"` // now - first_seen; 0 when not seen
+	// Topology is where the job's nodes sit and what they span beyond
+	// their pools' policy (pipeline.Topology).
+	Topology TopologyView `expr:"topology"`
+}
+
+// TopologyView is a job summary's topology (pipeline.Topology). Without
+// one (no inventory, no Kubernetes node) Known is false, the lists are
+// empty and the strings "".
+type TopologyView struct {
+	Known        bool     `expr:"known"`
+	Nodes        int      `expr:"nodes"`         // the job's nodes the inventory lists
+	UnknownNodes int      `expr:"unknown_nodes"` // those it does not
+	Pools        []string `expr:"pools"`
+	Regions      []string `expr:"regions"`
+	Zones        []string `expr:"zones"`
+	Blocks       []string `expr:"blocks"`
+	Subblocks    []string `expr:"subblocks"`
+	Racks        []string `expr:"racks"`
+	Cliques      []string `expr:"cliques"`
+	// Within is the level the job's pools keep a multi-node RDMA job in
+	// ("any" when they allow every spread); Crosses the widest level at
+	// or above it that a multi-node RDMA job spans ("" when none), and
+	// Spanned that level's values.
+	Within  string   `expr:"within"`
+	Crosses string   `expr:"crosses"`
+	Spanned []string `expr:"spanned"`
+}
+
+func topologyView(t *pipeline.Topology) TopologyView {
+	if t == nil {
+		return TopologyView{Pools: []string{}, Regions: []string{}, Zones: []string{}, Blocks: []string{},
+			Subblocks: []string{}, Racks: []string{}, Cliques: []string{}, Spanned: []string{}}
+	}
+	return TopologyView{Known: true, Nodes: t.Nodes, UnknownNodes: t.UnknownNodes, Pools: nonNil(t.Pools),
+		Regions: nonNil(t.Regions), Zones: nonNil(t.Zones), Blocks: nonNil(t.Blocks), Subblocks: nonNil(t.Subblocks),
+		Racks: nonNil(t.Racks), Cliques: nonNil(t.Cliques), Within: t.Within, Crosses: t.Crosses,
+		Spanned: nonNil(t.Values(t.Crosses))}
 }
 
 // CommView is a communicator summary as expressions see it.
@@ -242,7 +279,8 @@ func jobView(s *pipeline.JobSummary, comms []pipeline.CommSummary) JobView {
 		NCCLVersion: s.NCCLVersion, VersionSkew: s.VersionSkew, Network: s.Network, NetworkClass: s.NetworkClass,
 		Fabric: s.Fabric, GDR: s.GDR, MultiNode: s.MultiNode, NNodes: s.NNodes, NRanks: s.NRanks,
 		Intra: nonNil(s.Intra), Fallback: s.Fallback, Warns: s.Warns, Verdict: string(s.Verdict),
-		Reasons: nonNil(s.Reasons), NCCLLines: int(s.NCCLLines), FirstSeen: s.FirstSeen, LastSeen: s.LastSeen}
+		Reasons: nonNil(s.Reasons), NCCLLines: int(s.NCCLLines), FirstSeen: s.FirstSeen, LastSeen: s.LastSeen,
+		Topology: topologyView(s.Topology)}
 	var versions, networks []string
 	for i := range comms {
 		for _, ver := range comms[i].NCCLVersions {

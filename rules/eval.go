@@ -195,7 +195,8 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 		env.Expect = expectView(expect)
 	} else {
 		env.Job = JobView{Name: s.job, Namespace: s.namespace, Cluster: s.cluster,
-			NCCLVersions: []string{}, Networks: []string{}, Intra: []string{}, Reasons: []string{}}
+			NCCLVersions: []string{}, Networks: []string{}, Intra: []string{}, Reasons: []string{},
+			Topology: topologyView(nil)}
 		env.Expect = expectView(pipeline.Expectation{})
 	}
 	for _, n := range s.nodes {

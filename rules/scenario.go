@@ -353,6 +353,11 @@ func (sc *scenario) apply(in scenarioInput, now time.Time) error {
 				comms[i].Expect = sc.inv.Expect(sc.nodes[key], comms[i].Expect)
 			}
 		}
+		if sum.Topology == nil && sc.inv != nil {
+			// A summary written without a topology gets the inputs'
+			// nodes' one, as Runner.prepare gives it.
+			sc.inv.Topology(sc.nodes[key], sc.inv.Expect(sc.nodes[key], pipeline.Expectation{}), &sum)
+		}
 		if sum.LastSeen.IsZero() {
 			sum.LastSeen = now
 		}
@@ -505,14 +510,18 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 
 func (sc *scenario) observeAssembled(key string) error {
 	asm := sc.assembler()
+	var e pipeline.Expectation
 	if sc.inv != nil && sc.nodes[key] != nil {
-		e := sc.inv.Expect(sc.nodes[key], pipeline.Expectation{})
+		e = sc.inv.Expect(sc.nodes[key], pipeline.Expectation{})
 		asm.SetExpectation(key, &e)
 	}
 	comms, sum, ok := asm.Summaries(key)
 	if !ok {
 		return nil // no NCCL line: nothing to observe
 	}
+	// As Runner.prepare: the topology of the job's nodes (all of the
+	// input's, where the records carry the first).
+	sc.inv.Topology(sc.nodes[key], e, &sum)
 	sc.eng.Observe(sum, comms, sc.nodeList(key))
 	return nil
 }

@@ -139,6 +139,8 @@ func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 		"now": env.Now,
 	}
 	viewData(d, "", &env.Job, "job")
+	delete(d, "topology") // a struct: templates see its fields as topology_*
+	viewData(d, "topology_", &env.Job.Topology, "")
 	viewData(d, "canary_", &env.Canary, "")
 	viewData(d, "series_", series, "")
 	viewData(d, "checkpoint_", &env.Checkpoint, "")

@@ -158,15 +158,20 @@ var tables = []table{
 		name: "job_summaries",
 		columns: []string{"job", "namespace", "cluster", "nccl_version", "version_skew", "network", "network_class",
 			"fabric", "gdr", "multi_node", "nnodes", "nranks", "intra", "fallback", "warns", "verdict", "reasons",
-			"nccl_lines", "first_seen", "last_seen", "version"},
+			"nccl_lines", "first_seen", "last_seen", "version", "zones", "blocks", "racks", "cliques", "topology_crosses"},
 		rows: func(b *pipeline.Batch) int { return len(b.Jobs) },
 		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
 			for i := range b.Jobs {
 				s := &b.Jobs[i]
+				t := s.Topology
+				if t == nil {
+					t = &pipeline.Topology{}
+				}
 				if err := d.Append(s.Job, s.Namespace, s.Cluster, s.NCCLVersion, b2u(s.VersionSkew), s.Network,
 					s.NetworkClass, s.Fabric, boolPtr(s.GDR), boolPtr(s.MultiNode), intPtr(s.NNodes), intPtr(s.NRanks),
 					strs(s.Intra), boolPtr(s.Fallback), count32(s.Warns), string(s.Verdict), strs(s.Reasons),
-					uint64(max(s.NCCLLines, 0)), clampTime(s.FirstSeen), clampTime(s.LastSeen), s.Version); err != nil {
+					uint64(max(s.NCCLLines, 0)), clampTime(s.FirstSeen), clampTime(s.LastSeen), s.Version,
+					strs(t.Zones), strs(t.Blocks), strs(t.Racks), strs(t.Cliques), t.Crosses); err != nil {
 					return err
 				}
 			}

@@ -41,7 +41,8 @@ func (k JobKey) IsZero() bool { return k == JobKey{} }
 
 // JobVerdicts reads job_verdicts, the stable SQL interface, as job
 // summaries (the fields the view holds: network, class, fabric, GDR, nodes,
-// ranks, NCCL version, verdict, reasons, first and last seen).
+// ranks, NCCL version, verdict, reasons, first and last seen, and of the
+// topology zones, blocks, racks, cliques and crosses).
 func (c *ClickHouse) JobVerdicts(ctx context.Context, q JobQuery) ([]pipeline.JobSummary, error) {
 	if q.Limit <= 0 {
 		return nil, fmt.Errorf("job verdicts: limit must be > 0")
@@ -70,8 +71,8 @@ func (c *ClickHouse) JobVerdicts(ctx context.Context, q JobQuery) ([]pipeline.Jo
 		add("(cluster > ? OR (cluster = ? AND (namespace > ? OR (namespace = ? AND job > ?))))",
 			a.Cluster, a.Cluster, a.Namespace, a.Namespace, a.Job)
 	}
-	sql := "SELECT cluster, namespace, job, network, network_class, fabric, gdr, nnodes, nranks, nccl_version, verdict, reasons, first_seen, last_seen FROM " +
-		c.cfg.Database + ".job_verdicts"
+	sql := "SELECT cluster, namespace, job, network, network_class, fabric, gdr, nnodes, nranks, nccl_version, verdict, reasons, first_seen, last_seen, " +
+		"zones, blocks, racks, cliques, topology_crosses FROM " + c.cfg.Database + ".job_verdicts"
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -88,11 +89,14 @@ func (c *ClickHouse) JobVerdicts(ctx context.Context, q JobQuery) ([]pipeline.Jo
 			gdr            *uint8
 			nnodes, nranks *int32
 			verdict        string
+			t              pipeline.Topology
 		)
 		if err := rows.Scan(&j.Cluster, &j.Namespace, &j.Job, &j.Network, &j.NetworkClass, &j.Fabric, &gdr, &nnodes, &nranks,
-			&j.NCCLVersion, &verdict, &j.Reasons, &j.FirstSeen, &j.LastSeen); err != nil {
+			&j.NCCLVersion, &verdict, &j.Reasons, &j.FirstSeen, &j.LastSeen, &t.Zones, &t.Blocks, &t.Racks, &t.Cliques,
+			&t.Crosses); err != nil {
 			return nil, fmt.Errorf("job verdicts: %w", err)
 		}
+		j.Topology = storedTopology(t)
 		j.Verdict = pipeline.Verdict(verdict)
 		if gdr != nil {
 			b := *gdr != 0
@@ -117,4 +121,13 @@ func fromInt32(p *int32) *int {
 	}
 	v := int(*p)
 	return &v
+}
+
+// storedTopology is the topology of a job_verdicts row: nil when the row
+// holds none (no inventory placed the job), else the columns it keeps.
+func storedTopology(t pipeline.Topology) *pipeline.Topology {
+	if len(t.Zones)+len(t.Blocks)+len(t.Racks)+len(t.Cliques) == 0 && t.Crosses == "" {
+		return nil
+	}
+	return &t
 }

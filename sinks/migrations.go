@@ -65,7 +65,9 @@ func parseVersion(v string) (major, minor int, err error) {
 // migration is one numbered schema change. Its statements hold the
 // placeholders {db} (the database) and {on_cluster} (" ON CLUSTER '…'" or
 // nothing); render fills them in. Every statement is idempotent (IF NOT
-// EXISTS), so a migration interrupted half-way is safe to apply again.
+// EXISTS, DROP … IF EXISTS, or an ADD COLUMN that Migrate skips where the
+// column exists), so a migration interrupted half-way is safe to apply
+// again.
 type migration struct {
 	Version int
 	Name    string
@@ -113,9 +115,29 @@ func render(stmt, db, cluster string) string {
 // between servers.) A replay of a batch lands on the same shard (the key
 // is a function of the row), where ReplacingMergeTree and FINAL fold it as
 // on one server.
+//
+// An ALTER TABLE of NAME alters NAME_local and then NAME, each ON CLUSTER;
+// a DROP TABLE IF EXISTS of NAME drops NAME and then NAME_local.
 func expand(stmt, db, cluster string) []string {
 	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
 	const view = "CREATE VIEW IF NOT EXISTS " + phDB + "."
+	const alter = "ALTER TABLE " + phDB + "."
+	const drop = "DROP TABLE IF EXISTS " + phDB + "."
+	if cluster != "" && (strings.HasPrefix(stmt, alter) || strings.HasPrefix(stmt, drop)) {
+		verb := alter
+		if strings.HasPrefix(stmt, drop) {
+			verb = drop
+		}
+		name, rest, ok := strings.Cut(stmt[len(verb):], phOnCluster)
+		if !ok {
+			panic("sinks: no cluster form for " + stmt)
+		}
+		local := render(verb+name+"_local"+phOnCluster+rest, db, cluster)
+		if verb == drop {
+			return []string{render(stmt, db, cluster), local}
+		}
+		return []string{local, render(stmt, db, cluster)}
+	}
 	if cluster != "" && strings.HasPrefix(stmt, view) {
 		name, body, ok := strings.Cut(stmt[len(view):], phOnCluster)
 		if !ok {
@@ -219,12 +241,14 @@ func migrations(f features) []migration {
 	out = append(out, alertMigrations(f)...)
 	out = append(out, telemetryMigrations(f)...)
 	out = append(out, checkpointMigrations(f)...)
-	return append(out, foldMigrations(f)...)
+	out = append(out, foldMigrations(f)...)
+	return append(out, topologyMigrations(f)...)
 }
 
 // coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
 // telemetry 20–39 (sinks/telemetry.go), checkpoints 40–49
-// (sinks/checkpoint.go), fold snapshots 50–59 (sinks/folds.go).
+// (sinks/checkpoint.go), fold snapshots 50–59 (sinks/folds.go), job
+// topology 70–79 (sinks/topology.go).
 func coreMigrations(f features) []migration {
 	t := f.ddl()
 	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings
@@ -412,7 +436,24 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 		}
 		for _, stmt := range m.Stmts {
 			for _, s := range expand(stmt, db, cluster) {
+				d, t, col, add := addedColumn(s)
+				if add {
+					has, err := c.hasColumn(ctx, d, t, col)
+					if err != nil {
+						return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
+					}
+					if has {
+						continue // added before an interruption
+					}
+				}
 				if err := c.exec(ctx, s); err != nil {
+					if add {
+						// Another instance migrating at the same time may
+						// have added it since the check.
+						if has, herr := c.hasColumn(ctx, d, t, col); herr == nil && has {
+							continue
+						}
+					}
 					return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
 				}
 			}

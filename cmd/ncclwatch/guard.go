@@ -469,14 +469,16 @@ func (g *guard) classify(lines <-chan guardLine, decided chan<- guardDecision, r
 // a verdict the policy forbids.
 func (g *guard) decide(s *scanner, first, now time.Time, final bool) (guardDecision, bool) {
 	asm := s.proc.Assembler()
+	e := g.policy.expect
 	if g.policy.inventory != nil {
-		e := g.policy.inventory.Expect(asm.Nodes(scanJob), g.policy.expect)
+		e = g.policy.inventory.Expect(asm.Nodes(scanJob), g.policy.expect)
 		asm.SetExpectation(scanJob, &e)
 	}
 	comms, sum, ok := asm.Summaries(scanJob)
 	if !ok || !g.policy.forbids(sum.Verdict) {
 		return guardDecision{}, false
 	}
+	g.policy.inventory.Topology(asm.Nodes(scanJob), e, &sum)
 	d := guardDecision{comms: comms, sum: sum, at: now, first: first, lines: s.proc.Stats.NCCLLines}
 	complete := false
 	for _, c := range comms {

@@ -26,6 +26,7 @@ commands:
   migrate  apply the ClickHouse schema migrations
   rules    check rule files and run rule scenarios (rules check|test FILE...)
   telemetry  show what each log line gives as telemetry (telemetry test --config FILE LOG...)
+  inventory  turn kubectl get nodes -o json into the node inventory (inventory import)
   replay   produce log files into Kafka as Fluent Bit records
   version  print the version
 
@@ -90,6 +91,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runRules(args[1:], stdout, stderr)
 	case "telemetry":
 		return runTelemetry(args[1:], stdin, stdout, stderr)
+	case "inventory":
+		return runInventory(args[1:], stdin, stdout, stderr)
 	case "replay":
 		return runReplay(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -318,17 +318,20 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	var inv *pipeline.Inventory
 	if *inventory != "" {
-		inv, err := pipeline.LoadInventory(*inventory)
-		if err != nil {
+		var err error
+		if inv, err = pipeline.LoadInventory(*inventory); err != nil {
 			fmt.Fprintln(stderr, "ncclwatch scan:", err)
 			return exitUsage
 		}
 		asm := s.proc.Assembler()
 		e := inv.Expect(asm.Nodes(scanJob), expect)
 		asm.SetExpectation(scanJob, &e)
+		expect = e
 	}
 	res := s.result()
+	inv.Topology(s.proc.Assembler().Nodes(scanJob), expect, &res.Summary)
 	if ruleSet != nil {
 		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
 		if err != nil {
@@ -372,6 +375,10 @@ func printTable(w io.Writer, res scanResult) {
 	fmt.Fprintf(w, ", nodes %s, ranks %s\n", jobNodes(res), intOrDash(s.NRanks))
 	for _, r := range s.Reasons {
 		fmt.Fprintln(w, "  -", r)
+	}
+	if t := s.Topology; t != nil {
+		fmt.Fprintf(w, "topology: %d nodes in the inventory (%d not), zones %s, blocks %s, racks %s, cliques %s; RDMA within one %s\n",
+			t.Nodes, t.UnknownNodes, listOrDash(t.Zones), listOrDash(t.Blocks), listOrDash(t.Racks), listOrDash(t.Cliques), t.Within)
 	}
 	fmt.Fprintf(w, "nccl version %s, %d WARN lines, %d NCCL lines in %d bytes\n", strOrDash(s.NCCLVersion), s.Warns,
 		res.Input.NCCLLines, res.Input.Bytes)
