@@ -59,12 +59,12 @@ type Batch struct {
 	// in between would decide what is stored. They join Comms, and are
 	// stored, when their job is evicted (no NCCL line for idle_evict) and
 	// can no longer change. The job's summary carries their facts.
-	Unnamed []CommSummary
-	Jobs         []JobSummary
-	DeadLetters  []DeadLetter
-	Alerts       []Alert        // alert state changes (rules engine)
-	Steps        []TrainingStep // training progress lines (telemetry)
-	TestRuns     []NCCLTestRun  // nccl-tests results (telemetry)
+	Unnamed     []CommSummary
+	Jobs        []JobSummary
+	DeadLetters []DeadLetter
+	Alerts      []Alert        // alert state changes (rules engine)
+	Steps       []TrainingStep // training progress lines (telemetry)
+	TestRuns    []NCCLTestRun  // nccl-tests results (telemetry)
 	// Sealed are the snapshots of the fold windows whose commit this
 	// batch lets pass their open rows (TelemetryAssembler.Seal): stored
 	// with the batch, read back by the next reader of the partition.

@@ -9,11 +9,11 @@ import (
 
 // testRun is one nccl-tests run of a job.
 type testRun struct {
-	id         string
-	first      int64 // offset of its first line
+	id    string
+	first int64 // offset of its first line
 	// hold is where a replay can take the run up again: its first line,
 	// or the offset of the last snapshot that holds it (Seal, Restore).
-	hold int64
+	hold       int64
 	collective string
 	version    string
 	gpu        string

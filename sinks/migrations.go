@@ -22,8 +22,7 @@ type features struct {
 	// treated as absent there): dictionary-encoded strings for columns
 	// with few distinct values.
 	LowCardinality bool
-	// TTL (19.6): table and column TTL. No migration uses it yet; it is
-	// here so that a retention migration can be gated like the others.
+	// TTL (19.6): table and column TTL (fold_snapshots expire).
 	TTL bool
 	// Codecs (19.11): per-column compression codecs.
 	Codecs bool
