@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
 // The property tests mutate every real excerpt of testdata/corpus and check
@@ -354,4 +355,67 @@ func hostsOf(comms []pipeline.CommSummary) []string {
 		}
 	}
 	return hs
+}
+
+// TestPropertyOneHostProvesNodesOnlyByItsOwnLines states exactly when one
+// host's lines alone (every line of every other host removed) make
+// multi_node true: only by evidence a single host prints about the others —
+// a printed nNodes > 1, a NET peer on the device of another local rank, a
+// rank offset, an nccl-tests table naming several hosts — or because the
+// one hostname is two nodes (two addresses on one interface, rule 6's node
+// identity). Never by distinct hosts otherwise: a torn, glued or
+// decorated line adds no node.
+func TestPropertyOneHostProvesNodesOnlyByItsOwnLines(t *testing.T) {
+	ownProof := map[string]bool{assemble.KindPrintedNNodes: true, assemble.KindSameGPUOverNet: true,
+		assemble.KindRankOffset: true, assemble.KindTestDevices: true}
+	checked, raised := 0, 0
+	for _, name := range corpusFiles(t) {
+		lines := readLines(t, name)
+		hosts := map[string][]string{}
+		for _, l := range lines {
+			if ev, ok := parse(l); ok && len(ev.Host) > 0 {
+				hosts[string(ev.Host)] = append(hosts[string(ev.Host)], l)
+			}
+		}
+		for h, kept := range hosts {
+			checked++
+			_, s := run(t, kept, nil, pipeline.Expectation{})
+			if s.MultiNode == nil || !*s.MultiNode {
+				continue
+			}
+			raised++
+			for _, e := range s.Evidence {
+				if e.Field != "multi_node" || ownProof[e.Kind] {
+					continue
+				}
+				if e.Kind == assemble.KindDistinctNodes && twoAddresses(kept) {
+					continue
+				}
+				t.Errorf("%s: only host %s's lines give multi_node true by %s (%s)", name, h, e.Kind, e.Detail)
+			}
+		}
+	}
+	if checked < 100 || raised == 0 {
+		t.Fatalf("%d host subsets, %d multi-node: too few to say anything", checked, raised)
+	}
+	t.Logf("%d host subsets, %d of them multi-node by their own lines", checked, raised)
+}
+
+// twoAddresses reports whether lines show two addresses on one interface.
+func twoAddresses(lines []string) bool {
+	ips := map[string]map[string]bool{}
+	for _, l := range lines {
+		ev, ok := parse(l)
+		if !ok || len(ev.Iface) == 0 || len(ev.IP) == 0 {
+			continue
+		}
+		if ips[string(ev.Iface)] == nil {
+			ips[string(ev.Iface)] = map[string]bool{}
+		}
+		ips[string(ev.Iface)][string(ev.IP)] = true
+		if len(ips[string(ev.Iface)]) > 1 {
+			return true
+		}
+	}
+	return false
 }
