@@ -182,19 +182,25 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 
 // suffixLen returns how many bytes at the end of msg (a line without its
 // prefixes) are decorations, and their kinds: a pane's right border (drawn
-// last, around what Ray wrote), then Ray's dedup suffix.
+// last, around what Ray wrote), then Ray's dedup suffix, then a border
+// again (a pane row whose tail was copied after the suffix). One dedup
+// suffix at most: a second one is message text, as Ray wrote it.
 func suffixLen(msg []byte) (n int, kinds uint16) {
-	for {
-		m := paneBorderSuffix(msg[:len(msg)-n])
-		if m == 0 {
-			break
+	borders := func() {
+		for {
+			m := paneBorderSuffix(msg[:len(msg)-n])
+			if m == 0 {
+				return
+			}
+			n += m
+			kinds |= 1 << PrefixPane
 		}
-		n += m
-		kinds |= 1 << PrefixPane
 	}
+	borders()
 	if m := rayDedupSuffix(msg[:len(msg)-n]); m > 0 {
 		n += m
 		kinds |= 1 << PrefixRayDedup
+		borders()
 	}
 	return n, kinds
 }
