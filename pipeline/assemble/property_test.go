@@ -493,3 +493,15 @@ func FuzzDecorations(f *testing.F) {
 		}
 	})
 }
+
+// TestRankOffsetNeedsOneCommunicator: two processes that each hold a rank 1
+// (two 2-rank communicators of Ray actors that see their own GPU as cudaDev
+// 0; corpus 283 without its first line) are no rank offset: rank numbers of
+// different communicators say nothing about each other.
+func TestRankOffsetNeedsOneCommunicator(t *testing.T) {
+	lines := readLines(t, "283_alpa_ray_gpuhost_pid_prefix_two_2rank_comms_one_host_p2p_ipc.log")[1:]
+	_, s := run(t, lines, nil, pipeline.Expectation{})
+	if s.MultiNode != nil && *s.MultiNode {
+		t.Errorf("multi_node true (%v); want not true: both rank 1s are on one host", s.Evidence)
+	}
+}
