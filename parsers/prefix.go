@@ -47,6 +47,10 @@ const (
 	// PrefixJournald is journald's syslog-style "Dec 04 07:19:43 host
 	// unit[pid]: " (journalctl's default short output).
 	PrefixJournald
+	// PrefixPane is the border of a terminal log pane copied with its rows
+	// (k9s, 285-287): "│ " (U+2502) before a row and, after the row's
+	// padding blanks, " │" at its end.
+	PrefixPane
 )
 
 // String returns the kind's name as used in metrics and logs.
@@ -78,6 +82,8 @@ func (k PrefixKind) String() string {
 		return "kubectl"
 	case PrefixJournald:
 		return "journald"
+	case PrefixPane:
+		return "pane"
 	}
 	return "prefix(" + strconv.Itoa(int(k)) + ")"
 }
@@ -133,14 +139,16 @@ const (
 //	journald short output                  Dec 04 07:19:43 gpu-1 python3[2201]:           journald
 //	ANSI colour, or one that lost its ESC  \x1b[36m  [0m  ESC[36m (a paste's literal text)  ansi
 //	markdown quote                         >                                              markdown
+//	terminal pane border (k9s)             │ …message…<padding blanks> │                   pane
 //	Ray log dedup (at the end)             … [repeated 14x across cluster]                ray-dedup
 //
 // After stripping, an NCCL line starts with its own header
 // "host:pid:tid [dev] NCCL …", or with "NCCL version …" for the unprefixed
 // banner. Each rule looks only at the bytes it strips and those after them
 // (the CloudWatch '|' also at whether a timestamp came just before it), so
-// StripPrefix(rest) returns rest again. rest is a suffix of line unless
-// p.Has(PrefixRayDedup).
+// StripPrefix(rest) returns rest again. rest is a suffix of line unless a
+// decoration at the end was cut (p.Has(PrefixRayDedup) or PrefixPane, the
+// two kinds suffixLen measures).
 func StripPrefix(line []byte) (rest []byte, p Prefix) {
 	p.Rank = -1
 	rest = line
@@ -164,13 +172,58 @@ func StripPrefix(line []byte) (rest []byte, p Prefix) {
 		afterTime = kind == PrefixTimestamp
 		rest = rest[n:]
 	}
-	// The suffix last: Ray appends it to a message, so only text left
-	// after the prefixes can carry one.
-	if n := rayDedupSuffix(rest); n > 0 {
-		rest = rest[:len(rest)-n]
-		p.Kinds |= 1 << PrefixRayDedup
-	}
+	// The suffixes last: they follow a message, so only text left after
+	// the prefixes can carry one.
+	n, kinds := suffixLen(rest)
+	rest = rest[:len(rest)-n]
+	p.Kinds |= kinds
 	return rest, p
+}
+
+// suffixLen returns how many bytes at the end of msg (a line without its
+// prefixes) are decorations, and their kinds: a pane's right border (drawn
+// last, around what Ray wrote), then Ray's dedup suffix, then a border
+// again (a pane row whose tail was copied after the suffix). One dedup
+// suffix at most: a second one is message text, as Ray wrote it.
+func suffixLen(msg []byte) (n int, kinds uint16) {
+	borders := func() {
+		for {
+			m := paneBorderSuffix(msg[:len(msg)-n])
+			if m == 0 {
+				return
+			}
+			n += m
+			kinds |= 1 << PrefixPane
+		}
+	}
+	borders()
+	if m := rayDedupSuffix(msg[:len(msg)-n]); m > 0 {
+		n += m
+		kinds |= 1 << PrefixRayDedup
+		borders()
+	}
+	return n, kinds
+}
+
+// paneBorder is the box-drawing bar a terminal pane draws at its sides.
+var paneBorder = []byte("\u2502")
+
+// paneBorderSuffix returns the length of a pane's right border at the end
+// of line: blanks, "│", maybe blanks — after some text — or 0. The blanks
+// before the bar are the row's padding.
+func paneBorderSuffix(line []byte) int {
+	end := trimRightSpace(line)
+	if !bytes.HasSuffix(end, paneBorder) {
+		return 0
+	}
+	i := len(end) - len(paneBorder)
+	if i == 0 || line[i-1] != ' ' && line[i-1] != '\t' {
+		return 0
+	}
+	if len(trimRightSpace(line[:i])) == 0 {
+		return 0 // no message before it
+	}
+	return len(line) - len(trimRightSpace(line[:i]))
 }
 
 // matchPrefix returns the length of the prefix at the start of b (which
@@ -221,6 +274,10 @@ func matchPrefix(b []byte, afterTime bool) (n int, kind PrefixKind, rank int, ho
 	case c == '>':
 		if len(b) == 1 || b[1] == ' ' || b[1] == '\t' {
 			return 1, PrefixMarkdown, -1, nil
+		}
+	case c == paneBorder[0]:
+		if n = len(paneBorder); bytes.HasPrefix(b, paneBorder) && (len(b) == n || b[n] == ' ' || b[n] == '\t') {
+			return n, PrefixPane, -1, nil
 		}
 	case c == '|':
 		// A CloudWatch console row: "| <time> | <message>", where some rows

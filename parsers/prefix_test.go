@@ -25,6 +25,30 @@ type prefixCase struct {
 
 var prefixCases = []prefixCase{
 	{
+		name:  "286 k9s pane row, both borders",
+		in:    "│ task-7702-xt59c:73:73 [1] NCCL INFO Using network IB" + strings.Repeat(" ", 40) + "│",
+		want:  "task-7702-xt59c:73:73 [1] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixPane}, rank: -1,
+	},
+	{
+		name:  "285 k9s pane row, left border only, padded",
+		in:    "│ task-7700-94lc9:73:73 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:172.17.80.45<0>      ",
+		want:  "task-7700-94lc9:73:73 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:172.17.80.45<0>      ",
+		kinds: []PrefixKind{PrefixPane}, rank: -1,
+	},
+	{
+		name:  "pane around a Ray row with a dedup suffix",
+		in:    "│ (RayWorkerWrapper pid=1, ip=10.0.0.2) gpu-a:1:1 [0] NCCL INFO Using network IB [repeated 3x across cluster]   │",
+		want:  "gpu-a:1:1 [0] NCCL INFO Using network IB",
+		kinds: []PrefixKind{PrefixPane, PrefixRay, PrefixRayDedup}, rank: -1, host: "10.0.0.2",
+	},
+	{
+		name: "a bar glued to a word is text",
+		in:   "gpu-a:1:1 [0] NCCL INFO x│",
+		want: "gpu-a:1:1 [0] NCCL INFO x│",
+		rank: -1,
+	},
+	{
 		name:  "006 rank tag",
 		in:    "[155] crow-ib-new-nccl-256-info-19:5330:5330 [3] NCCL INFO Bootstrap : Using [0]eth0:10.100.62.64<0>",
 		want:  "crow-ib-new-nccl-256-info-19:5330:5330 [3] NCCL INFO Bootstrap : Using [0]eth0:10.100.62.64<0>",
@@ -493,8 +517,10 @@ func TestStripPrefixCorpus(t *testing.T) {
 			// the header found is not the line's first NCCL message, or
 			// follows the tail of a wrapped one and the paste's padding).
 			before := l[:loc[0]]
+			// Also a line that starts with a message torn right after its
+			// "NCCL" (281: "g183:1:2 [1] NCCL g183:1:3 [3] NCCL INFO …").
 			if redactedHeader.MatchString(string(rest)) || strings.Contains(before, "NCCL INFO") ||
-				strings.Contains(before, "        ") {
+				strings.Contains(before, "        ") || strings.HasSuffix(before, "] NCCL ") {
 				continue
 			}
 			if got := ncclHeader.FindIndex(rest); got == nil || got[0] != 0 {
@@ -604,15 +630,17 @@ func FuzzStripPrefix(f *testing.F) {
 		}
 		line := []byte(s)
 		rest, p := StripPrefix(line)
-		// rest lies in line, aliasing it, and ends it unless Ray's dedup
-		// suffix was cut off after it.
+		// rest lies in line, aliasing it, and ends it unless a decoration
+		// at the end (Ray's dedup suffix, a pane border) was cut off.
+		const suffixKinds = 1<<PrefixRayDedup | 1<<PrefixPane
 		off, ok := offsetIn(line, rest)
 		if !ok || len(rest) == 0 && p.Has(PrefixRayDedup) {
 			t.Fatalf("StripPrefix(%q) rest %q does not alias line", s, rest)
 		}
 		if len(rest) > 0 {
 			cut := len(line) - off - len(rest)
-			if p.Has(PrefixRayDedup) != (cut > 0) || cut > 0 && rayDedupSuffix(line[off:]) != cut {
+			n, kinds := suffixLen(line[off:])
+			if cut != n || p.Kinds&kinds != kinds || p.Has(PrefixRayDedup) != (kinds&(1<<PrefixRayDedup) != 0) {
 				t.Fatalf("StripPrefix(%q) rest %q, %+v: %d bytes cut from the end", s, rest, p, cut)
 			}
 		}
@@ -647,6 +675,7 @@ func FuzzStripPrefix(f *testing.F) {
 			{"Dec 04 07:19:43 gpu-node-3 python3[2201]: ", PrefixJournald, -1},
 			{"Dec 4, 2024 @ 07:19:43.480\t", PrefixTimestamp, -1},
 			{"ESC[36m", PrefixANSI, -1},
+			{"│ ", PrefixPane, -1},
 		} {
 			if pre.kind == PrefixTimestamp {
 				// After a time, '|' is a console table's column and a
@@ -660,14 +689,14 @@ func FuzzStripPrefix(f *testing.F) {
 				t.Fatalf("StripPrefix(%q) = %q, %+v; want %q with %v rank %d", pre.s+s, r2, q, rest, pre.kind, pre.rank)
 			}
 		}
-		// An NCCL header line loses at most its Ray dedup suffix.
+		// An NCCL header line loses at most its decorations at the end.
 		h := "node-1:12:34 [0] NCCL INFO " + s
-		if r3, q := StripPrefix([]byte(h)); string(r3) != string(undecorated(h)) || q.Kinds&^(1<<PrefixRayDedup) != 0 {
+		if r3, q := StripPrefix([]byte(h)); string(r3) != string(undecorated(h)) || q.Kinds&^suffixKinds != 0 {
 			t.Fatalf("StripPrefix(%q) = %q, %+v; want it unchanged", h, r3, q)
 		}
 		// The dedup suffix Ray appends never changes what is left of an NCCL
 		// line, under a Ray tag or not.
-		if msg := trimRightSpace([]byte(h)); rayDedupSuffix(msg) == 0 {
+		if msg := trimRightSpace([]byte(h)); func() bool { n, _ := suffixLen(msg); return n == 0 }() {
 			for _, suf := range []string{" [repeated 14x across cluster]", " [repeated 2x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication.)"} {
 				for _, pre := range []string{"", "(RayWorkerWrapper pid=1019, ip=10.0.0.2) "} {
 					r4, q := StripPrefix([]byte(pre + string(msg) + suf))
@@ -680,10 +709,12 @@ func FuzzStripPrefix(f *testing.F) {
 	})
 }
 
-// undecorated returns l without a trailing Ray dedup suffix; the tests use
-// it to say which part of a line StripPrefix's rest must end.
+// undecorated returns l without its decorations at the end (a pane border,
+// Ray's dedup suffix); the tests use it to say which part of a line
+// StripPrefix's rest must end.
 func undecorated(l string) []byte {
-	return []byte(l)[:len(l)-rayDedupSuffix([]byte(l))]
+	n, _ := suffixLen([]byte(l))
+	return []byte(l)[:len(l)-n]
 }
 
 // aliases reports whether sub lies inside the memory of b.

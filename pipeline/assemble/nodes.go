@@ -251,7 +251,22 @@ func devConflict(group []*proc) string {
 // device index: the lower ranks are elsewhere (corpus 069: ranks 8–15 on
 // cudaDev 0–7). A device taken from a line's "[dev]" prefix rather than a
 // printed cudaDev needs an offset of at least 8, a full node.
+//
+// The offset says nothing where two processes of the node hold the same
+// rank: those are ranks of different communicators, which versions without
+// a commId cannot tell apart (corpus 283 without its first line: two 2-rank
+// communicators of Ray actors that each see their own GPU as cudaDev 0, so
+// both rank 1s sit "1 above" device 0 on one node).
 func rankOffset(group []*proc) string {
+	rankOwner := map[int]*proc{}
+	for _, p := range group {
+		for r := range p.ranks {
+			if q, ok := rankOwner[r]; ok && q != p {
+				return ""
+			}
+			rankOwner[r] = p
+		}
+	}
 	check := func(pairs map[int]int, min int) bool {
 		if len(pairs) == 0 {
 			return false

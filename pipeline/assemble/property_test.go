@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
 // The property tests mutate every real excerpt of testdata/corpus and check
@@ -354,4 +355,153 @@ func hostsOf(comms []pipeline.CommSummary) []string {
 		}
 	}
 	return hs
+}
+
+// TestPropertyOneHostProvesNodesOnlyByItsOwnLines states exactly when one
+// host's lines alone (every line of every other host removed) make
+// multi_node true: only by evidence a single host prints about the others —
+// a printed nNodes > 1, a NET peer on the device of another local rank, a
+// rank offset, an nccl-tests table naming several hosts — or because the
+// one hostname is two nodes (two addresses on one interface, rule 6's node
+// identity). Never by distinct hosts otherwise: a torn, glued or
+// decorated line adds no node.
+func TestPropertyOneHostProvesNodesOnlyByItsOwnLines(t *testing.T) {
+	ownProof := map[string]bool{assemble.KindPrintedNNodes: true, assemble.KindSameGPUOverNet: true,
+		assemble.KindRankOffset: true, assemble.KindTestDevices: true}
+	checked, raised := 0, 0
+	for _, name := range corpusFiles(t) {
+		lines := readLines(t, name)
+		hosts := map[string][]string{}
+		for _, l := range lines {
+			if ev, ok := parse(l); ok && len(ev.Host) > 0 {
+				hosts[string(ev.Host)] = append(hosts[string(ev.Host)], l)
+			}
+		}
+		for h, kept := range hosts {
+			checked++
+			_, s := run(t, kept, nil, pipeline.Expectation{})
+			if s.MultiNode == nil || !*s.MultiNode {
+				continue
+			}
+			raised++
+			for _, e := range s.Evidence {
+				if e.Field != "multi_node" || ownProof[e.Kind] {
+					continue
+				}
+				if e.Kind == assemble.KindDistinctNodes && twoAddresses(kept) {
+					continue
+				}
+				t.Errorf("%s: only host %s's lines give multi_node true by %s (%s)", name, h, e.Kind, e.Detail)
+			}
+		}
+	}
+	if checked < 100 || raised == 0 {
+		t.Fatalf("%d host subsets, %d multi-node: too few to say anything", checked, raised)
+	}
+	t.Logf("%d host subsets, %d of them multi-node by their own lines", checked, raised)
+}
+
+// twoAddresses reports whether lines show two addresses on one interface.
+func twoAddresses(lines []string) bool {
+	ips := map[string]map[string]bool{}
+	for _, l := range lines {
+		ev, ok := parse(l)
+		if !ok || len(ev.Iface) == 0 || len(ev.IP) == 0 {
+			continue
+		}
+		if ips[string(ev.Iface)] == nil {
+			ips[string(ev.Iface)] = map[string]bool{}
+		}
+		ips[string(ev.Iface)][string(ev.IP)] = true
+		if len(ips[string(ev.Iface)]) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// decorations are the forms of parsers.StripPrefix's table that carry no
+// rank and no host of their own (a launcher's rank or host label is a fact,
+// not a decoration): each as the text put before a line and after it.
+var decorations = []struct{ name, pre, post string }{
+	{"bracketed time", "[2026-04-28 14:14:49] ", ""},
+	{"kubectl --timestamps", "2024-12-04T07:19:43.480123456Z ", ""},
+	{"cloudwatch row", "  | 2024-12-04T07:19:43.480Z | ", ""},
+	{"loki labels", `2024-12-04T07:19:43.480Z {pod="w-0", container="c"} `, ""},
+	{"kibana time", "Dec 4, 2024 @ 07:19:43.480\t", ""},
+	{"kubectl --prefix", "[pod/train-worker-0/pytorch] ", ""},
+	{"ansi colour", "\x1b[36m", ""},
+	{"pasted esc", "ESC[36m", ""},
+	{"markdown quote", "> ", ""},
+	{"ray tag without ip", "(RayTrainWorker pid=3704) ", ""},
+	{"k9s pane", "\u2502 ", "      \u2502"},
+	{"ray dedup", "", " [repeated 14x across cluster]"},
+	{"kubectl prefix and timestamps", "[pod/w-1/c] 2024-12-04T07:19:43.480Z ", ""},
+}
+
+// decorate returns lines with decoration d on the lines pick selects.
+func decorate(lines []string, d int, pick func(i int) bool) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = l
+		if pick(i) && strings.TrimSpace(l) != "" {
+			out[i] = decorations[d].pre + l + decorations[d].post
+		}
+	}
+	return out
+}
+
+// summaryKey is what a decoration must not change: the facts, the verdict,
+// the fallback alert, the version and the warnings.
+func summaryKey(s pipeline.JobSummary) string {
+	return facts(s) + " " + string(s.Verdict) + " " + show(s.Fallback) + " " + show(s.NCCLVersion) + " " + show(s.Warns)
+}
+
+// TestPropertyDecorationsChangeNothing: every decoration form on every line
+// of every corpus file leaves the summary as it was (CLASSIFICATION.md §0).
+func TestPropertyDecorationsChangeNothing(t *testing.T) {
+	files := corpusFiles(t)
+	for _, name := range files {
+		lines := readLines(t, name)
+		_, base := run(t, lines, nil, pipeline.Expectation{})
+		for d := range decorations {
+			_, s := run(t, decorate(lines, d, func(int) bool { return true }), nil, pipeline.Expectation{})
+			if got, want := summaryKey(s), summaryKey(base); got != want {
+				t.Errorf("%s with %s on every line:\n got %s\nwant %s", name, decorations[d].name, got, want)
+			}
+		}
+	}
+	t.Logf("%d files × %d decorations", len(files), len(decorations))
+}
+
+// FuzzDecorations: a decoration on any subset of a corpus file's lines (a
+// collector that decorates some rows, a paste that mixes two sources)
+// leaves the summary as it was.
+func FuzzDecorations(f *testing.F) {
+	files := corpusFiles(f)
+	for i := range 8 {
+		f.Add(uint(i*19), uint(i), uint64(0x9e3779b97f4a7c15)*uint64(i+1))
+	}
+	f.Fuzz(func(t *testing.T, file, d uint, mask uint64) {
+		name := files[file%uint(len(files))]
+		lines := readLines(t, name)
+		dec := int(d % uint(len(decorations)))
+		_, base := run(t, lines, nil, pipeline.Expectation{})
+		_, s := run(t, decorate(lines, dec, func(i int) bool { return mask>>(uint(i)%64)&1 == 1 }), nil, pipeline.Expectation{})
+		if got, want := summaryKey(s), summaryKey(base); got != want {
+			t.Errorf("%s with %s on lines of mask %#x:\n got %s\nwant %s", name, decorations[dec].name, mask, got, want)
+		}
+	})
+}
+
+// TestRankOffsetNeedsOneCommunicator: two processes that each hold a rank 1
+// (two 2-rank communicators of Ray actors that see their own GPU as cudaDev
+// 0; corpus 283 without its first line) are no rank offset: rank numbers of
+// different communicators say nothing about each other.
+func TestRankOffsetNeedsOneCommunicator(t *testing.T) {
+	lines := readLines(t, "283_alpa_ray_gpuhost_pid_prefix_two_2rank_comms_one_host_p2p_ipc.log")[1:]
+	_, s := run(t, lines, nil, pipeline.Expectation{})
+	if s.MultiNode != nil && *s.MultiNode {
+		t.Errorf("multi_node true (%v); want not true: both rank 1s are on one host", s.Evidence)
+	}
 }
