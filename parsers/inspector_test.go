@@ -40,7 +40,6 @@ func (w inspWant) equal(g inspWant) bool {
 	return fw == fg && sameFloat(w.exec, g.exec) && sameFloat(w.alg, g.alg) && sameFloat(w.bus, g.bus)
 }
 
-
 // inspectorCases are the records of testdata/inspector (SOURCES.md: the
 // published examples of NVIDIA's READMEs, pretty-printed as published,
 // and records derived from the writer's source), with what the writer's
