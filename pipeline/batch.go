@@ -110,7 +110,9 @@ type JobTelemetry struct {
 	// Collectives are the job's NCCL Inspector summaries
 	// (TelemetryAssembler.Collectives).
 	Collectives []CollectiveReport
-	CanaryPool  string
+	// Pool is the job's pool label (TelemetryAssembler.Pool).
+	Pool       string
+	CanaryPool string
 }
 
 // Activity says that a job's pod logged at Time (NCCL or not): the absence

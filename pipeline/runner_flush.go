@@ -121,7 +121,7 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			pool, canary := r.tel.Canary(j)
 			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || len(colls) > 0 || canary {
 				r.batch.Telemetry = append(r.batch.Telemetry, JobTelemetry{Job: j, Tests: tests, Training: training,
-					Checkpoints: ckpts, Collectives: colls, CanaryPool: pool})
+					Checkpoints: ckpts, Collectives: colls, Pool: r.tel.Pool(j), CanaryPool: pool})
 			}
 		}
 	}

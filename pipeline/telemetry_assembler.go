@@ -374,6 +374,15 @@ func (a *TelemetryAssembler) Canary(job string) (pool string, ok bool) {
 	return j.pool, true
 }
 
+// Pool returns the job's pool as its lines' pod labels (or its nodes'
+// inventory pool) named it last, "" when none did.
+func (a *TelemetryAssembler) Pool(job string) string {
+	if j := a.jobs[job]; j != nil {
+		return j.pool
+	}
+	return ""
+}
+
 // Report returns what the job's telemetry says: its nccl-tests runs, in
 // order, and its training series, in order of first appearance. Both are
 // empty (not nil) for a job without telemetry.

@@ -22,7 +22,8 @@ func TestRulesBuiltinLoadsInOrder(t *testing.T) {
 		}
 	}
 	want := []string{"NCCLSocketFallback", "NCCLGDRDisabled", "NCCLMixedNetworks", "NCCLVersionSkew",
-		"NCCLFewerHCAs", "NCCLRDMADisabled", "NCCLJobSpansZones", "NCCLInitMissing", "NCCLFabricUnproven"}
+		"NCCLFewerHCAs", "NCCLRDMADisabled", "NCCLJobSpansZones", "NCCLInitMissing", "NCCLFabricUnproven",
+		"NCCLCollectiveBusBandwidthLow"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("builtin rules = %v; want %v", names, want)
 	}
