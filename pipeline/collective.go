@@ -380,6 +380,9 @@ func (j *telJob) collective(c *CollectiveRecord, cfg TelemetryAssemblerConfig) {
 		j.colls = append(j.colls, s)
 	}
 	s.records++
+	if s.name == "" {
+		s.name = string(c.CommName) // NCCL 2.30 names communicators
+	}
 	s.nranks, s.nnodes = max(s.nranks, c.NRanks), max(s.nnodes, c.NNodes)
 	s.maxBytes = max(s.maxBytes, c.Bytes)
 	if v := c.BusBW; !math.IsNaN(v) && v >= 0 {
