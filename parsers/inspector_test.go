@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -226,5 +227,42 @@ func BenchmarkParseInspector(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestInspectorFluentBitRecord: a record as deploy/fluent-bit/inspector.conf
+// sends it (the dump line as "message", the job and namespace its path
+// names, the node) decodes to the dump line itself, which parses, with the
+// job's metadata.
+func TestInspectorFluentBitRecord(t *testing.T) {
+	line := inspectorInput(t, "derived_v2.30.3_plain.log", 0)
+	rec := []byte(`{"@timestamp":1764072002.5,"message":` + strconv.Quote(string(line)) +
+		`,"inspector_file":"/var/log/nccl-inspector/ml/llm-70b/gpu-node-a-pid41235.log","job":"llm-70b",` +
+		`"kubernetes":{"namespace_name":"ml","host":"gpu-node-a"},"cluster":"gpu-east-1"}`)
+	dec := NewDecoder(DefaultDecoderConfig())
+	var got []pipeline.Record
+	err := dec.Decode(rec, func(r *pipeline.Record) {
+		c := *r
+		c.Text = append([]byte(nil), r.Text...)
+		if r.Meta != nil {
+			m := *r.Meta
+			c.Meta = &m
+		}
+		got = append(got, c)
+	})
+	dec.Flush(func(*pipeline.Record) {})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Decode = %v, %d records; want one", err, len(got))
+	}
+	r := got[0]
+	if !bytes.Equal(r.Text, line) {
+		t.Errorf("text = %q; want the dump line", r.Text)
+	}
+	if r.Meta == nil || r.Meta.Job != "llm-70b" || r.Meta.Namespace != "ml" || r.Meta.Node != "gpu-node-a" || r.Meta.Cluster != "gpu-east-1" {
+		t.Errorf("meta = %+v; want job llm-70b, namespace ml, node gpu-node-a, cluster gpu-east-1", r.Meta)
+	}
+	var c pipeline.CollectiveRecord
+	if err := ParseInspector(r.Text, &c); err != nil || string(c.CommName) != "DP Group 0" {
+		t.Errorf("ParseInspector = %v, %q", err, c.CommName)
 	}
 }
