@@ -74,3 +74,41 @@ func TestScanInspectorDumpDir(t *testing.T) {
 		t.Errorf("collectives =\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
 }
+
+// TestInspectorIDIsInitCommID: the Inspector's header.id is the commHash
+// NCCL prints as "commId 0x%llx" on its init lines (docs/inspector.md
+// cites the source), so a record of a communicator names the comm_id the
+// assembler gives that communicator: here corpus 085's init (NCCL 2.16.5,
+// commId 0xb2f794396f6d0bd1) and a record written as the plugin formats
+// the same hash ("0x%lx").
+func TestInspectorIDIsInitCommID(t *testing.T) {
+	dir := t.TempDir()
+	init, err := os.ReadFile(filepath.Join("..", "..", "testdata", "corpus", "085_ib_roce_gdr_level_sys_trace_2node_topology_nccl2.16.5.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"header":{"id":"0xb2f794396f6d0bd1","rank":0,"n_ranks":2,"nnodes":2},"metadata":{"inspector_output_format_version":"v4.0","git_rev":"","rec_mechanism":"nccl_profiler_interface","dump_timestamp_us":1767225600000000,"hostname":"n013","pid":4000},"coll_perf":{"coll":"AllReduce","coll_sn":1,"coll_msg_size_bytes":268435456,"coll_exec_time_us":6700,"coll_timing_source":"kernel_gpu","coll_algobw_gbs":40.064000,"coll_busbw_gbs":40.064000}}`
+	log := filepath.Join(dir, "job.log")
+	if err := os.WriteFile(log, append(append(init, '\n'), rec+"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	runScan([]string{"--json", log}, nil, &out, &errb)
+	var res struct {
+		Communicators []pipeline.CommSummary      `json:"communicators"`
+		Collectives   []pipeline.CollectiveReport `json:"collectives"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	if len(res.Collectives) != 1 {
+		t.Fatalf("collectives = %+v; want one", res.Collectives)
+	}
+	var ids []string
+	for _, c := range res.Communicators {
+		ids = append(ids, c.CommID)
+	}
+	if !slices.Contains(ids, res.Collectives[0].CommID) {
+		t.Errorf("collective comm_id %s is none of the communicators' %v", res.Collectives[0].CommID, ids)
+	}
+}
