@@ -32,6 +32,15 @@ func (l *Lines) Line(text []byte, ev *pipeline.Event, tl *pipeline.TelemetryLine
 	if l.tel == nil || tl == nil {
 		return l.classify(text, ev), false
 	}
+	if len(text) > 0 && text[0] == '{' && IsInspector(text) {
+		// An NCCL Inspector record (inspector.go): a line of its own in
+		// the dump files, no prefix, up to MaxInspectorRecord bytes
+		// (verbose records outgrow maxTelemetryLine).
+		if inspectorLine(trimRightSpace(text), tl) {
+			ev.LauncherHost = nil
+			return false, true
+		}
+	}
 	if len(text) > maxTelemetryLine {
 		return l.lineCR(text, ev, tl)
 	}

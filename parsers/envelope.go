@@ -297,7 +297,9 @@ func (d *Decoder) decode(data []byte, single bool, emit func(*pipeline.Record)) 
 	i := skipWS(data, 0)
 	if i < len(data) {
 		switch c := data[i]; {
-		case (c == '{' || c == '[') && looksJSON(data, i):
+		case (c == '{' || c == '[') && looksJSON(data, i) && !IsInspector(data[i:]):
+			// An NCCL Inspector record (a line of a dump file, read raw)
+			// is JSON but no envelope: it is the line itself.
 			return d.decodeJSON(data, i, emit)
 		case c >= '0' && c <= '9':
 			if t, stream, partial, text, ok := parseCRI(data); ok {

@@ -213,6 +213,9 @@ func (t *Telemetry) parse(b []byte, tl *pipeline.TelemetryLine, m uint64) bool {
 			return true
 		}
 	case c == '{':
+		if IsInspector(b) {
+			return inspectorLine(b, tl)
+		}
 		if len(b) > 1 && b[1] == '"' {
 			return t.parseJSON(b, tl)
 		}

@@ -73,6 +73,10 @@ type Batch struct {
 	// event may appear more than once as its lines arrive, the latest
 	// copy last.
 	Checkpoints []CheckpointEvent
+	// Collectives are collective_perf rows (NCCL Inspector records
+	// folded, pipeline/collective.go); a row may appear in several
+	// batches as it grows, its latest copy last.
+	Collectives []CollectivePerf
 	Offsets     []Offset
 	Bytes       int // approximate size, for batching by bytes
 
@@ -106,7 +110,12 @@ type JobTelemetry struct {
 	// Checkpoints are the job's checkpoint series
 	// (TelemetryAssembler.Checkpoints).
 	Checkpoints []CheckpointReport
-	CanaryPool  string
+	// Collectives are the job's NCCL Inspector summaries
+	// (TelemetryAssembler.Collectives).
+	Collectives []CollectiveReport
+	// Pool is the job's pool label (TelemetryAssembler.Pool).
+	Pool       string
+	CanaryPool string
 }
 
 // Activity says that a job's pod logged at Time (NCCL or not): the absence
@@ -132,13 +141,13 @@ func (b *Batch) addComms(comms []CommSummary, final bool) {
 // Len returns the number of rows in the batch.
 func (b *Batch) Len() int {
 	return len(b.Events) + len(b.Comms) + len(b.Jobs) + len(b.DeadLetters) + len(b.Alerts) + len(b.Steps) + len(b.TestRuns) + len(b.Checkpoints) +
-		len(b.Sealed)
+		len(b.Sealed) + len(b.Collectives)
 }
 
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
-	b.Unnamed, b.Sealed = b.Unnamed[:0], b.Sealed[:0]
+	b.Unnamed, b.Sealed, b.Collectives = b.Unnamed[:0], b.Sealed[:0], b.Collectives[:0]
 	b.Alerts, b.Steps, b.TestRuns, b.Checkpoints = b.Alerts[:0], b.Steps[:0], b.TestRuns[:0], b.Checkpoints[:0]
 	b.Nodes, b.Telemetry, b.Activity, b.Evicted, b.Released = b.Nodes[:0], b.Telemetry[:0], b.Activity[:0], b.Evicted[:0], b.Released[:0]
 	b.Bytes = 0

@@ -93,6 +93,9 @@ func (p *Parsed) keepTelemetry(tl *TelemetryLine) {
 	tl.Host, tl.GPU, tl.Name = p.keep(tl.Host), p.keep(tl.GPU), p.keep(tl.Name)
 	tl.Row.Type, tl.Row.Redop = p.keep(tl.Row.Type), p.keep(tl.Row.Redop)
 	tl.Checkpoint.Path = p.keep(tl.Checkpoint.Path)
+	c := &tl.Coll
+	c.Comm, c.CommName, c.Version, c.Host = p.keep(c.Comm), p.keep(c.CommName), p.keep(c.Version), p.keep(c.Host)
+	c.Op, c.Timing = p.keep(c.Op), p.keep(c.Timing)
 }
 
 // keepEvent copies the byte fields of ev.

@@ -69,6 +69,9 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 			r.dirty[job] = true
 		}
 	}
+	// The collective_perf rows changed since the last batch, once each,
+	// before Hold may close their windows.
+	r.tel.EmitCollectives(&r.batch)
 	release := r.releasable(now, false)
 	all := !timed || len(evict) > 0 || now.Sub(r.lastSummaries) >= r.cfg.SummaryInterval || !r.backlog()
 	jobs := r.summaryJobs(all)
@@ -128,10 +131,11 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
 			tests, training := r.tel.Report(j)
 			ckpts := r.tel.Checkpoints(j)
+			colls := r.tel.Collectives(j)
 			pool, canary := r.tel.Canary(j)
-			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || canary {
+			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || len(colls) > 0 || canary {
 				r.batch.Telemetry = append(r.batch.Telemetry, JobTelemetry{Job: j, Tests: tests, Training: training,
-					Checkpoints: ckpts, CanaryPool: pool})
+					Checkpoints: ckpts, Collectives: colls, Pool: r.tel.Pool(j), CanaryPool: pool})
 			}
 		}
 	}

@@ -65,6 +65,9 @@ const (
 	// TelemetryCheckpoint is a checkpoint save or load line (Checkpoint;
 	// pipeline/checkpoint.go).
 	TelemetryCheckpoint
+	// TelemetryCollective is an NCCL Inspector record (Coll;
+	// pipeline/collective.go).
+	TelemetryCollective
 )
 
 var telemetryKindNames = [...]string{
@@ -73,6 +76,7 @@ var telemetryKindNames = [...]string{
 	TelemetryTestParams: "test_params", TelemetryTestDevice: "test_device", TelemetryTestHeader: "test_header",
 	TelemetryTestRow: "test_row", TelemetryTestAvg: "test_avg", TelemetryTestEnd: "test_end",
 	TelemetryNCCLComm: "nccl_comm", TelemetryNCCLNetwork: "nccl_network", TelemetryCheckpoint: "checkpoint",
+	TelemetryCollective: "collective",
 }
 
 // String returns the kind's name.
@@ -151,6 +155,9 @@ type TelemetryLine struct {
 
 	// Checkpoint is a checkpoint line's save or load.
 	Checkpoint CheckpointLine
+
+	// Coll is an NCCL Inspector record.
+	Coll CollectiveRecord
 }
 
 // TrainingFigures are the figures of a training-progress line. Float
@@ -188,6 +195,7 @@ var blankTelemetryLine = func() TelemetryLine {
 		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
 			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
 	l.Checkpoint.Reset()
+	l.Coll.Reset()
 	return l
 }()
 

@@ -48,6 +48,13 @@ type TelemetryAssemblerConfig struct {
 	// pods (a window boundary between them splits the step into two rows,
 	// one time in a few), and replaying 1024 records costs milliseconds.
 	FoldRecords int64 `yaml:"fold_records"`
+	// LargeMessageBytes is the least message size whose NCCL Inspector
+	// records count as large: their median bus bandwidth is what the
+	// bandwidth rule compares with the pool's nccl-tests baseline (taken
+	// at the largest size of the canary's sweep). 64 MiB: bus bandwidth
+	// over IB and RoCE is near its plateau from there (smaller messages
+	// are latency-bound), and FSDP and Megatron buckets reach it.
+	LargeMessageBytes int64 `yaml:"large_message_bytes"`
 }
 
 // Labels of the fabric canary and of training pods (deploy/kubernetes/
@@ -70,6 +77,8 @@ func DefaultTelemetryAssemblerConfig() TelemetryAssemblerConfig {
 		ModelLabels:    []string{LabelModel},
 		CanaryLabel:    LabelCanary,
 		FoldRecords:    1024,
+
+		LargeMessageBytes: 64 << 20,
 	}
 }
 
@@ -90,6 +99,9 @@ func (c TelemetryAssemblerConfig) Validate() error {
 	}
 	if c.FoldRecords <= 0 {
 		errs = append(errs, errors.New("telemetry.fold_records: must be > 0"))
+	}
+	if c.LargeMessageBytes <= 0 {
+		errs = append(errs, errors.New("telemetry.large_message_bytes: must be > 0"))
 	}
 	return errors.Join(errs...)
 }
@@ -117,6 +129,10 @@ type TelemetryAssembler struct {
 	lastPart   partKey
 	lastFold   *partFold
 	meta       rowMeta
+	// retired holds (in Collectives) the changed collective_perf rows of
+	// windows that ended where no batch was at hand (Hold, Restore):
+	// EmitCollectives writes them out.
+	retired Batch
 }
 
 // NewTelemetryAssembler returns an assembler; cfg must be valid. inv, when
@@ -137,6 +153,7 @@ type telJob struct {
 	ncclRanks int
 	network   string
 	ckpts     []*ckptSeries // checkpoint series, pipeline/checkpoint.go
+	colls     []*collStat   // Inspector records' summaries, pipeline/collective.go
 }
 
 // Len returns the number of jobs held.
@@ -197,6 +214,11 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 		}
 	case tl.Kind == TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
+	case tl.Kind == TelemetryCollective:
+		j.collective(&tl.Coll, a.cfg)
+		if out != nil {
+			a.foldCollective(job, m, &tl.Coll, t, src, out)
+		}
 	case tl.Kind == TelemetryCheckpoint:
 		ev := j.checkpoint(*m, &tl.Checkpoint, tl.Rank, t, src)
 		if ev != nil && out != nil {
@@ -320,6 +342,7 @@ func (a *TelemetryAssembler) Hold(topic string, part int32, next int64) (int64, 
 	hold, ok := int64(0), false
 	if pf := a.folds[pk]; pf != nil {
 		if next/a.cfg.FoldRecords != pf.window {
+			a.retire(pf, nil)
 			delete(a.folds, pk)
 			a.lastFold = nil
 		} else if pf.sealed >= 0 {
@@ -356,6 +379,15 @@ func (a *TelemetryAssembler) Canary(job string) (pool string, ok bool) {
 		return "", false
 	}
 	return j.pool, true
+}
+
+// Pool returns the job's pool as its lines' pod labels (or its nodes'
+// inventory pool) named it last, "" when none did.
+func (a *TelemetryAssembler) Pool(job string) string {
+	if j := a.jobs[job]; j != nil {
+		return j.pool
+	}
+	return ""
 }
 
 // Report returns what the job's telemetry says: its nccl-tests runs, in

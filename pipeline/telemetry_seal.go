@@ -41,6 +41,32 @@ type foldState struct {
 	Rows   []sealedRow
 	Last   []sealedLast
 	Runs   []sealedRun
+	Colls  []sealedColl // open collective_perf rows
+}
+
+// sealedColl is an open collective_perf row with its key, its running
+// figures and its histograms (the row's own Hist fields are left empty).
+type sealedColl struct {
+	Job, Comm, Op  string // Job: the job key
+	P2P            bool
+	Bucket, Minute int64
+	Row            CollectivePerf
+	BusBW, Exec    Hist
+	NBus, NExe     int64
+}
+
+func sealColl(k collKey, o *openColl) sealedColl {
+	return sealedColl{Job: k.job, Comm: k.comm, Op: k.op, P2P: k.p2p, Bucket: k.bucket, Minute: k.minute, Row: o.row,
+		BusBW: o.busbw.sparse(), Exec: o.exec.sparse(), NBus: o.nbus, NExe: o.nexe}
+}
+
+// dense fills h from a sparse histogram.
+func (h *denseHist) fill(s Hist) {
+	for i, b := range s.Buckets {
+		if i < len(s.Counts) {
+			h[b] += s.Counts[i]
+		}
+	}
 }
 
 // sealedRun is a testRun with its job, in fields gob can write.
@@ -117,6 +143,14 @@ func (a *TelemetryAssembler) Seal(topic string, part int32, next int64) (FoldSna
 	for k, o := range pf.rows {
 		st.Rows = append(st.Rows, sealedRow{Job: k.job, Framework: k.framework, Kind: k.kind, Step: k.step, Row: o.row})
 	}
+	for k, o := range pf.colls {
+		st.Colls = append(st.Colls, sealColl(k, o))
+	}
+	slices.SortFunc(st.Colls, func(x, y sealedColl) int {
+		return cmp.Or(cmp.Compare(x.Row.Source.Offset, y.Row.Source.Offset), cmp.Compare(x.Row.Source.Line, y.Row.Source.Line),
+			cmp.Compare(x.Job, y.Job), cmp.Compare(x.Comm, y.Comm), cmp.Compare(x.Op, y.Op),
+			cmp.Compare(x.Bucket, y.Bucket), cmp.Compare(x.Minute, y.Minute))
+	})
 	slices.SortFunc(st.Rows, func(x, y sealedRow) int {
 		return cmp.Or(cmp.Compare(x.Row.Source.Offset, y.Row.Source.Offset), cmp.Compare(x.Row.Source.Line, y.Row.Source.Line))
 	})
@@ -159,8 +193,22 @@ func (a *TelemetryAssembler) Restore(topic string, part int32, at int64, state [
 		pf = &partFold{}
 		a.folds[pk] = pf
 	}
+	a.retire(pf, nil)
 	pf.reset(st.Window)
 	a.lastFold = nil
+	for _, c := range st.Colls {
+		o := pf.newColl()
+		// Stored with the snapshot's batch: not dirty until a record
+		// after the restore changes it.
+		o.row, o.nbus, o.nexe = c.Row, c.NBus, c.NExe
+		o.busbw.fill(c.BusBW)
+		o.exec.fill(c.Exec)
+		k := collKey{job: c.Job, comm: c.Comm, op: c.Op, p2p: c.P2P, bucket: c.Bucket, minute: c.Minute}
+		pf.colls[k] = o
+		if pf.first < 0 || c.Row.Source.Offset < pf.first {
+			pf.first = c.Row.Source.Offset
+		}
+	}
 	for _, r := range st.Rows {
 		o := pf.newRow()
 		// Not in any batch: the first line counted after the restore

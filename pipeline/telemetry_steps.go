@@ -33,6 +33,13 @@ type partFold struct {
 	// visible share of the loop's CPU on the load benchmark.
 	slab [][]openRow
 	used int // rows of slab handed out in this window
+	// colls are the window's open collective_perf rows (collective.go),
+	// in blocks of cslab as rows are in slab; touched are those changed
+	// since they were last written to a batch.
+	colls   map[collKey]*openColl
+	touched []*openColl
+	cslab   [][]openColl
+	cused   int
 }
 
 // openRowBlock is the size of a partFold.slab block.
@@ -42,12 +49,15 @@ const openRowBlock = 64
 // previous window's rows are dropped.
 func (pf *partFold) reset(w int64) {
 	rows, last, slab := pf.rows, pf.last, pf.slab
+	colls, touched, cslab := pf.colls, pf.touched[:0], pf.cslab
 	if rows == nil {
-		rows, last = map[foldKey]*openRow{}, map[seriesKey]int64{}
+		rows, last, colls = map[foldKey]*openRow{}, map[seriesKey]int64{}, map[collKey]*openColl{}
 	}
 	clear(rows)
 	clear(last)
-	*pf = partFold{window: w, rows: rows, first: -1, sealed: -1, last: last, slab: slab}
+	clear(colls)
+	*pf = partFold{window: w, rows: rows, first: -1, sealed: -1, last: last, slab: slab,
+		colls: colls, touched: touched, cslab: cslab}
 }
 
 // newRow returns an unused open row of the window's slab.
@@ -242,20 +252,7 @@ func (j *telJob) setNetwork(name string) {
 // written, the most complete. The job's NCCL network at the row's first
 // line is the one part that comes from outside the partition.
 func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *TelemetryLine, t time.Time, src Source, out *Batch) {
-	pk := partKey{src.Topic, src.Partition}
-	w := src.Offset / a.cfg.FoldRecords
-	pf := a.lastFold
-	if pf == nil || a.lastPart != pk {
-		pf = a.folds[pk]
-	}
-	if pf == nil || pf.window != w {
-		if pf == nil {
-			pf = &partFold{}
-			a.folds[pk] = pf
-		}
-		pf.reset(w)
-	}
-	a.lastPart, a.lastFold = pk, pf
+	pf := a.window(src, out)
 	series := seriesKey{job, tl.Framework}
 	step := tl.Step
 	switch tl.Kind {
@@ -299,6 +296,40 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 	j.stepRow(r, m, tl, step, t, src) // rows carry their own line's pod and node
 	out.Steps = appendRow(out.Steps, *r)
 	out.Bytes += 160 + len(r.Job) + len(r.Pod)
+}
+
+// window returns the open fold window of src's partition, starting it
+// when src is past the window held: the rows of the window that ends are
+// written to out first (or kept for EmitCollectives when out is nil).
+func (a *TelemetryAssembler) window(src Source, out *Batch) *partFold {
+	pk := partKey{src.Topic, src.Partition}
+	w := src.Offset / a.cfg.FoldRecords
+	pf := a.lastFold
+	if pf == nil || a.lastPart != pk {
+		pf = a.folds[pk]
+	}
+	if pf == nil || pf.window != w {
+		if pf == nil {
+			pf = &partFold{}
+			a.folds[pk] = pf
+		}
+		a.retire(pf, out)
+		pf.reset(w)
+	}
+	a.lastPart, a.lastFold = pk, pf
+	return pf
+}
+
+// retire writes the changed collective_perf rows of a window that ends to
+// out, or, when out is nil, keeps them for the next EmitCollectives.
+func (a *TelemetryAssembler) retire(pf *partFold, out *Batch) {
+	if len(pf.touched) == 0 {
+		return
+	}
+	if out == nil {
+		out = &a.retired
+	}
+	pf.emitColls(out)
 }
 
 // stepRow fills r with the training_steps row of a step line (its own

@@ -128,6 +128,11 @@ type Telemetry struct {
 	Training                []pipeline.TrainingReport
 	// Checkpoints are the job's checkpoint series (the `checkpoint` view).
 	Checkpoints []pipeline.CheckpointReport
+	// Collectives are the job's NCCL Inspector summaries (the
+	// `collective` view).
+	Collectives []pipeline.CollectiveReport
+	// Pool is the job's pool label ("" when its pods carry none).
+	Pool string
 	// CanaryPool is the node pool the job tests when it is a fabric
 	// canary; "" for any other job.
 	CanaryPool string
@@ -194,6 +199,10 @@ type jobTelemetry struct {
 	series   []SeriesView
 	// checkpoint is the job's checkpoint view (rules/checkpoint.go).
 	checkpoint CheckpointView
+	// collectives and pool: the job's Inspector summaries and pool label
+	// (rules/collective.go).
+	collectives []pipeline.CollectiveReport
+	pool        string
 }
 
 type activity struct {

@@ -56,6 +56,9 @@ type JobEnv struct {
 	// Checkpoint is the job's checkpoint series with the most timed saves
 	// (pipeline.CheckpointReport; rules/checkpoint.go).
 	Checkpoint CheckpointView `expr:"checkpoint"`
+	// Collective is the job's NCCL Inspector bandwidth against its pool's
+	// baseline (rules/collective.go).
+	Collective CollectiveView `expr:"collective"`
 	// Now is the evaluation time.
 	Now time.Time `expr:"now"`
 }

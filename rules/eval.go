@@ -215,6 +215,7 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 	}
 	if s.tel != nil {
 		env.Checkpoint = s.tel.checkpoint
+		env.Collective = e.collectiveView(s, jobPool(s.tel.pool, env.Pool))
 	}
 	if s.tel != nil && s.tel.canaryPool != "" {
 		env.Canary = e.canary(s)

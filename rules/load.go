@@ -81,7 +81,7 @@ type Rule struct {
 	program    *vm.Program
 	perComm    bool // names comm: evaluated once per communicator
 	perSeries  bool // names series: evaluated once per training series
-	telemetry  bool // names canary, series or checkpoint: needs the job's telemetry
+	telemetry  bool // names canary, series, checkpoint or collective: needs the job's telemetry
 	timed      bool // names now: its value changes with time alone
 	labelTmpl  map[string]*template.Template
 	annotTmpl  map[string]*template.Template
@@ -460,7 +460,7 @@ func (p *fileParser) compile(r *Rule, n *yaml.Node) {
 	v := &identVisitor{}
 	ast.Walk(&node, v)
 	r.perComm, r.perSeries, r.timed = v.names["comm"], v.names["series"], v.names["now"]
-	r.telemetry = v.names["canary"] || v.names["series"] || v.names["checkpoint"]
+	r.telemetry = v.names["canary"] || v.names["series"] || v.names["checkpoint"] || v.names["collective"]
 }
 
 func exprOptions(env any) []expr.Option {

@@ -23,7 +23,7 @@ func TestRulesBuiltinLoadsInOrder(t *testing.T) {
 	}
 	want := []string{"NCCLSocketFallback", "NCCLGDRDisabled", "NCCLMixedNetworks", "NCCLVersionSkew",
 		"NCCLFewerHCAs", "NCCLRDMADisabled", "NCCLJobSpansZones", "NCCLJobSpansBlocks", "NCCLMNNVLSpansCliques",
-		"NCCLInitMissing", "NCCLFabricUnproven"}
+		"NCCLInitMissing", "NCCLFabricUnproven", "NCCLCollectiveBusBandwidthLow"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("builtin rules = %v; want %v", names, want)
 	}

@@ -86,7 +86,8 @@ func (e *Engine) ObserveBatch(b *pipeline.Batch) {
 	for _, t := range b.Telemetry {
 		cluster, namespace, name := pipeline.SplitJobKey(t.Job)
 		e.ObserveTelemetry(Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: t.Tests,
-			Training: t.Training, Checkpoints: t.Checkpoints, CanaryPool: t.CanaryPool})
+			Training: t.Training, Checkpoints: t.Checkpoints, Collectives: t.Collectives, Pool: t.Pool,
+			CanaryPool: t.CanaryPool})
 	}
 	for _, k := range b.Evicted {
 		e.Forget(k)
@@ -265,6 +266,7 @@ func (e *Engine) ObserveTelemetry(t Telemetry) {
 		tel.series[i] = seriesView(&t.Training[i])
 	}
 	tel.checkpoint = checkpointView(t.Checkpoints)
+	tel.collectives, tel.pool = slices.Clone(t.Collectives), t.Pool
 	e.foldCanary(s)
 	s.dirty = true
 }

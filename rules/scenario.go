@@ -498,11 +498,12 @@ func (sc *scenario) feed(key, job string, in scenarioInput, text []byte, now tim
 	if sc.tel != nil {
 		tests, training := sc.tel.Report(key)
 		ckpts := sc.tel.Checkpoints(key)
+		colls := sc.tel.Collectives(key)
 		pool, _ := sc.tel.Canary(key)
-		if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || pool != "" {
+		if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || len(colls) > 0 || pool != "" {
 			cluster, namespace, name := pipeline.SplitJobKey(key)
 			sc.eng.ObserveTelemetry(Telemetry{Cluster: cluster, Namespace: namespace, Job: name, Tests: tests,
-				Training: training, Checkpoints: ckpts, CanaryPool: pool})
+				Training: training, Checkpoints: ckpts, Collectives: colls, Pool: sc.tel.Pool(key), CanaryPool: pool})
 		}
 	}
 	return nil

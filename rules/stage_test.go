@@ -405,7 +405,7 @@ func TestRulesSetupFromYAML(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Setup = %v", err)
 	}
-	if len(st.notifiers) != 2 || len(st.Engine().Rules()) != 11 || st.interval != 10*time.Second {
+	if len(st.notifiers) != 2 || len(st.Engine().Rules()) != 12 || st.interval != 10*time.Second {
 		t.Errorf("stage: %d notifiers, %d rules, interval %v", len(st.notifiers), len(st.Engine().Rules()), st.interval)
 	}
 	c.Files = []string{"missing.yaml"}

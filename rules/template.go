@@ -144,6 +144,7 @@ func jobData(env *JobEnv, comm *CommView, series *SeriesView) map[string]any {
 	viewData(d, "canary_", &env.Canary, "")
 	viewData(d, "series_", series, "")
 	viewData(d, "checkpoint_", &env.Checkpoint, "")
+	viewData(d, "collective_", &env.Collective, "")
 	if c := comm; c != nil {
 		for k, v := range map[string]any{
 			"comm_id": c.ID, "network": deref(c.Network), "network_class": c.NetworkClass, "fabric": deref(c.Fabric),

@@ -60,14 +60,17 @@ func (t *table) token(b *pipeline.Batch) string {
 }
 
 // allTables lists every table Consume writes: the core ones here, then
-// those of sinks/alerts.go, sinks/telemetry.go, sinks/checkpoint.go and
-// sinks/folds.go (last: a snapshot goes with the batch's commit).
+// those of sinks/alerts.go, sinks/telemetry.go, sinks/checkpoint.go,
+// sinks/inspector.go and sinks/folds.go (last: a snapshot goes with the
+// batch's commit).
 func allTables() []table {
-	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables)+len(foldTables))
+	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables)+
+		len(inspectorTables)+len(foldTables))
 	out = append(out, tables...)
 	out = append(out, alertTables...)
 	out = append(out, telemetryTables...)
 	out = append(out, checkpointTables...)
+	out = append(out, inspectorTables...)
 	return append(out, foldTables...)
 }
 

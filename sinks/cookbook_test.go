@@ -116,6 +116,36 @@ func (f fleet) batch() *pipeline.Batch {
 	}
 	ckpt("llama-1node", "h200-ib", "save", "experiments/llama/global_step10", f.now.Add(-3*time.Hour+2*time.Minute), nan)
 
+	// NCCL Inspector: qwen-restart's AllReduce over IB (communicator
+	// 0x1111, a minute of two windows' rows: 340 over 50 records, 350
+	// over 100; then 352 over 100) and after its restart over Socket
+	// (0x2222: 11.5 over 80, 12.5 over 100); a 16 MiB row the query
+	// leaves out; qwen-rdma's records of a communicator whose init was
+	// not stored (no network: left out).
+	comm := func(name, id, network, class string, gdr bool) {
+		b.Comms = append(b.Comms, pipeline.CommSummary{Job: name, Namespace: "ml", Cluster: "c1", CommID: id,
+			Network: ptr(network), NetworkClass: class, GDR: ptr(gdr), NNodes: ptr(2), NRanks: ptr(16),
+			Verdict: pipeline.VerdictOK, Env: map[string]string{}, FirstSeen: f.now.Add(-6 * time.Hour),
+			LastSeen: f.now.Add(-6 * time.Hour), Version: 1})
+	}
+	comm("qwen-restart", "0x1111", "IB", pipeline.ClassRDMA, true)
+	comm("qwen-restart", "0x2222", "Socket", pipeline.ClassTCP, false)
+	coll := func(name, id string, minute time.Time, size int64, n int64, p50 float64) {
+		b.Collectives = append(b.Collectives, pipeline.CollectivePerf{Source: src(), Minute: minute, Job: name,
+			Namespace: "ml", Cluster: "c1", Pod: name + "-worker-0", Node: "n1", Pool: "h200-ib", Host: "gpu-a",
+			CommID: id, Op: "AllReduce", SizeBucket: size, NRanks: 16, NNodes: 2, Count: n, BusBWMin: p50 - 1,
+			BusBWMax: p50 + 1, BusBWSum: p50 * float64(n), BusBWP50: p50, ExecUSMin: 900, ExecUSMax: 1100,
+			ExecUSSum: 1000 * float64(n), ExecUSP50: 1000, ExecUSP99: 1100})
+	}
+	m1, m2 := f.now.Add(-6*time.Hour).Truncate(time.Minute), f.now.Add(-5*time.Hour).Truncate(time.Minute)
+	coll("qwen-restart", "0x1111", m1, 1<<28, 50, 340)
+	coll("qwen-restart", "0x1111", m1, 1<<28, 100, 350)
+	coll("qwen-restart", "0x1111", m1.Add(time.Minute), 1<<28, 100, 352)
+	coll("qwen-restart", "0x1111", m1, 1<<24, 100, 120)
+	coll("qwen-restart", "0x2222", m2, 1<<28, 80, 11.5)
+	coll("qwen-restart", "0x2222", m2, 1<<28, 100, 12.5)
+	coll("qwen-rdma", "0x3333", f.now.Add(-5*time.Hour).Truncate(time.Minute), 1<<28, 100, 355)
+
 	canary("canary-h200-1", "h200-ib", pipeline.VerdictOK, f.base.Add(-3*time.Hour+5*time.Minute), 355)
 	canary("canary-h200-2", "h200-ib", pipeline.VerdictOK, f.base.Add(-2*time.Hour+5*time.Minute), 356)
 	canary("canary-h200-3", "h200-ib", pipeline.VerdictOK, f.base.Add(-time.Hour+5*time.Minute), 354)
@@ -217,6 +247,12 @@ func at(t time.Time) string { return "@" + strconv.FormatInt(t.Unix(), 10) }
 
 func f64(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
+// roundTo rounds v to d decimals as ClickHouse's round does.
+func roundTo(v float64, d int) float64 {
+	p := math.Pow(10, float64(d))
+	return math.Round(v*p) / p
+}
+
 // cookbook lists every query of deploy/clickhouse/queries with the rows it
 // must return from the seeded fleet.
 func cookbook(f fleet) map[string][]string {
@@ -273,6 +309,14 @@ func cookbook(f fleet) map[string][]string {
 		"checkpoint_share_of_wall_time.sql": {
 			"c1 ml qwen-rdma 3 1 116 240 0.4833 ok",
 			"c1 ml qwen-socket 3 0 11 6900 0.0016 socket_fallback",
+		},
+		// Weighted medians: IB 340 (50), 350 (100), 352 (100) → 350;
+		// Socket 11.5 (80), 12.5 (100) → 12.5.
+		"collective_busbw_before_after_network_change.sql": {
+			"c1 ml qwen-restart AllReduce IB 250 " + at(f.now.Add(-6*time.Hour).Truncate(time.Minute)) + " " +
+				at(f.now.Add(-6*time.Hour).Truncate(time.Minute).Add(time.Minute)) + " 350 1",
+			"c1 ml qwen-restart AllReduce Socket 180 " + at(f.now.Add(-5*time.Hour).Truncate(time.Minute)) + " " +
+				at(f.now.Add(-5*time.Hour).Truncate(time.Minute)) + " 12.5 " + f64(roundTo(12.5/350, 3)),
 		},
 		"jobs_by_verdict.sql": {
 			"ok 6 88",

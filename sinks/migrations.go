@@ -241,13 +241,15 @@ func migrations(f features) []migration {
 	out = append(out, telemetryMigrations(f)...)
 	out = append(out, checkpointMigrations(f)...)
 	out = append(out, foldMigrations(f)...)
+	out = append(out, inspectorMigrations(f)...)
 	return append(out, topologyMigrations(f)...)
 }
 
 // coreMigrations are migrations 1–5. Alerting owns 6–19 (sinks/alerts.go),
 // telemetry 20–39 (sinks/telemetry.go), checkpoints 40–49
-// (sinks/checkpoint.go), fold snapshots 50–59 (sinks/folds.go), job
-// topology 70–79 (sinks/topology.go).
+// (sinks/checkpoint.go), fold snapshots 50–59 (sinks/folds.go), NCCL
+// Inspector 60–69 (sinks/inspector.go), job topology 70–79
+// (sinks/topology.go).
 func coreMigrations(f features) []migration {
 	t := f.ddl()
 	timeType, lc, codec, settings := t.time, t.lc, t.codec, t.settings

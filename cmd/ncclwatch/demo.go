@@ -46,6 +46,12 @@ var demoJobs = []struct {
 	{"efa-p4d", "demo/efa-p4d.log", "aws", "p4d-0", ""},
 }
 
+// demoInspector are NCCL Inspector records replayed after a job's lines,
+// as a Fluent Bit tail of its dump directory sends them: the job's live
+// bus bandwidth, shown beside its verdict. They are derived from the
+// plugin's writer format, not captured (demo/README.md).
+var demoInspector = map[string]string{"llm-70b-ib": "demo/llm-70b-ib.inspector.log"}
+
 const demoTopic = "training-logs"
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
@@ -208,6 +214,9 @@ func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
 	if err := printDemoCost(stdout, sums); err != nil {
 		return err
 	}
+	if err := printDemoBandwidth(stdout, sums); err != nil {
+		return err
+	}
 	if state.rules != nil {
 		// The built-in rule pack evaluated the same summaries.
 		if active := state.rules.Engine().Active(); len(active) > 0 {
@@ -240,7 +249,7 @@ func produceDemo(ctx context.Context, brokers []string) (int64, error) {
 		rp := &replayer{meta: replayMeta{Job: j.job, Namespace: j.namespace, Node: j.node, Pod: j.job + "-worker-0",
 			Container: "pytorch", Cluster: "demo"}, dec: parsers.NewDecoder(parsers.DefaultDecoderConfig()), start: time.Now()}
 		var msgs []kafka.ProducerMessage
-		for _, file := range []string{j.file, j.steps} {
+		for _, file := range []string{j.file, j.steps, demoInspector[j.job]} {
 			if file == "" {
 				continue
 			}
@@ -372,4 +381,42 @@ func printDemoCost(w io.Writer, sums map[string]pipeline.JobSummary) error {
 			"  The published case: 12.36 s on sockets vs 6.07 s on RDMA, 2.04x, Qwen2.5-14B FSDP on 16 H200.)")
 	}
 	return nil
+}
+
+// printDemoBandwidth prints, for each job with Inspector records, its
+// verdict and negotiated network beside the bus bandwidth of each of its
+// collectives, read with the parser and assembler the service runs.
+func printDemoBandwidth(w io.Writer, sums map[string]pipeline.JobSummary) error {
+	for _, job := range slices.Sorted(maps.Keys(demoInspector)) {
+		f, err := demoFS.Open(demoInspector[job])
+		if err != nil {
+			return err
+		}
+		s := newScanner(pipeline.Expectation{}, 64<<10)
+		s.enableTelemetry()
+		err = s.read(job, f, 0)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		sum := sums[job]
+		network := strOrDash(sum.Network)
+		if sum.NetworkClass != nil {
+			network += " (" + *sum.NetworkClass + ")"
+		}
+		fmt.Fprintln(w, "\nlive bus bandwidth (NCCL Inspector records, derived from the plugin's format; demo/README.md):")
+		for _, c := range s.result().Collectives {
+			fmt.Fprintf(w, "  %-16s %-16s %s gdr %s  %s: median busbw %s GB/s over %d records (%d of %d MiB and more)\n",
+				job, sum.Verdict, network, boolOrDash(sum.GDR), c.Op, demoGBs(c.LargeBusBWP50), c.Records, c.LargeRecords,
+				c.LargeBytes>>20)
+		}
+	}
+	return nil
+}
+
+func demoGBs(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
 }

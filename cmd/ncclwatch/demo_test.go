@@ -91,6 +91,11 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %s's %d checkpoint save(s):\n%s", c.job, n, out.String())
 		}
 	}
+	// The live bus bandwidth beside the verdict: the median of the 64
+	// bundled records' busbw (demo/llm-70b-ib.inspector.log), 181.6 GB/s.
+	if want := "llm-70b-ib       ok               IB (rdma) gdr yes  AllReduce: median busbw 181.6 GB/s over 64 records"; !strings.Contains(out.String(), want) {
+		t.Errorf("demo output lacks %q:\n%s", want, out.String())
+	}
 	if !strings.Contains(out.String(), "silent socket fallback in: llm-13b-socket") {
 		t.Errorf("demo output does not say which job fell back:\n%s", out.String())
 	}

@@ -21,7 +21,7 @@ func runRulesCmd(t *testing.T, args ...string) (int, string, string) {
 
 func TestRulesCheckCommand(t *testing.T) {
 	code, out, errOut := runRulesCmd(t, "check", "builtin")
-	if code != exitOK || out != "builtin: SUCCESS: 11 rules found\n" || errOut != "" {
+	if code != exitOK || out != "builtin: SUCCESS: 12 rules found\n" || errOut != "" {
 		t.Errorf("rules check builtin = %d, %q, %q", code, out, errOut)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -36,6 +37,10 @@ type scanResult struct {
 	// Checkpoints has one entry per checkpoint series (job and framework)
 	// found; null when telemetry was off.
 	Checkpoints []pipeline.CheckpointReport `json:"checkpoints"`
+	// Collectives has one entry per communicator and collective of the
+	// NCCL Inspector records found (docs/inspector.md); null when
+	// telemetry was off.
+	Collectives []pipeline.CollectiveReport `json:"collectives"`
 	Input       scanInput                   `json:"input"`
 	// Alerts are the alerts `--rules` would fire; absent without --rules.
 	Alerts []pipeline.Alert `json:"alerts,omitzero"`
@@ -203,6 +208,7 @@ func (s *scanner) result() scanResult {
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
 		res.Checkpoints = []pipeline.CheckpointReport{}
+		res.Collectives = []pipeline.CollectiveReport{}
 		seen := map[string]bool{}
 		for _, f := range in.Files {
 			if seen[f] {
@@ -213,9 +219,42 @@ func (s *scanner) result() scanResult {
 			res.NCCLTests = append(res.NCCLTests, tests...)
 			res.Training = append(res.Training, training...)
 			res.Checkpoints = append(res.Checkpoints, s.telA.Checkpoints(f)...)
+			res.Collectives = append(res.Collectives, s.telA.Collectives(f)...)
 		}
 	}
 	return res
+}
+
+// readDir reads the regular files of a directory, in name order, as one
+// input named after it: an NCCL Inspector dump directory
+// (NCCL_INSPECTOR_DUMP_DIR) holds one file per process of one job, whose
+// records sum up together. Subdirectories are not read.
+func (s *scanner) readDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	before := len(s.input.Files)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		var size int64
+		if st, err := f.Stat(); err == nil {
+			size = st.Size()
+		}
+		err = s.read(dir, f, size)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	s.input.Files = append(s.input.Files[:before], dir)
+	return nil
 }
 
 func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -297,6 +336,13 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, name := range files {
 		if name == "-" {
 			if err := s.read("stdin", stdin, 0); err != nil {
+				fmt.Fprintln(stderr, "ncclwatch scan:", err)
+				return exitUsage
+			}
+			continue
+		}
+		if st, err := os.Stat(name); err == nil && st.IsDir() {
+			if err := s.readDir(name); err != nil {
 				fmt.Fprintln(stderr, "ncclwatch scan:", err)
 				return exitUsage
 			}
@@ -401,6 +447,11 @@ func printTable(w io.Writer, res scanResult) {
 			fmt.Fprintf(w, ", MFU %s %%", floatOrDash(tr.MFULast))
 		}
 		fmt.Fprintln(w)
+	}
+	for _, c := range res.Collectives {
+		fmt.Fprintf(w, "collective %s on %s: %d records up to %d bytes, median bus bandwidth %s GB/s, of %d records of %d bytes and more %s GB/s\n",
+			c.Op, c.CommID, c.Records, c.MaxBytes, floatOrDash(c.BusBWP50), c.LargeRecords, c.LargeBytes,
+			floatOrDash(c.LargeBusBWP50))
 	}
 	if res.Input.Oversized > 0 || res.Input.Malformed > 0 {
 		fmt.Fprintf(w, "skipped: %d oversized lines, %d malformed records\n", res.Input.Oversized, res.Input.Malformed)

@@ -21,4 +21,6 @@ OT=$(git --git-dir $OFI tag | grep -v rc | sort -V | paste -sd,),master
 ST=$(git --git-dir $SHARP tag | sort -V | paste -sd,),master
 python3 $HERE/netnames.py $HERE/net-names.tsv nccl=$NCCL:src/:$NT aws-ofi-nccl=$OFI:src/+include/:$OT \
   nccl-rdma-sharp-plugins=$SHARP:src/+include/:$ST nccl-fastsocket=$FASTSOCKET::master
+# NCCL Inspector's JSON records, from the plugin's writer at every tag.
+python3 $HERE/inspector.py $NCCL $HERE/inspector.tsv
 rm -r "$T"

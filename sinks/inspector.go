@@ -1,0 +1,207 @@
+package sinks
+
+import (
+	"encoding/binary"
+	"io"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/ncclwatch/ncclwatch/pipeline"
+)
+
+// inspectorTables is collective_perf: NCCL Inspector records folded per
+// job, communicator, operation, size bucket, minute and fold window
+// (pipeline/collective.go). Consume writes it after the checkpoint table.
+var inspectorTables = []table{
+	{
+		name: "collective_perf",
+		columns: []string{"topic", "`partition`", "`offset`", "line", "minute", "job", "namespace", "cluster", "pod",
+			"node", "pool", "host", "comm_id", "comm_name", "op", "p2p", "size_bucket", "nranks", "nnodes", "records",
+			"busbw_min", "busbw_max", "busbw_sum", "busbw_p50", "exec_us_min", "exec_us_max", "exec_us_sum",
+			"exec_us_p50", "exec_us_p99", "busbw_hist_buckets", "busbw_hist_counts", "exec_hist_buckets",
+			"exec_hist_counts"},
+		rows: func(b *pipeline.Batch) int { return len(b.Collectives) },
+		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
+			for i := range b.Collectives {
+				r := &b.Collectives[i]
+				if err := d.Append(r.Source.Topic, r.Source.Partition, r.Source.Offset, r.Source.Line,
+					clampTime(r.Minute.Truncate(time.Minute)), r.Job, r.Namespace, r.Cluster, r.Pod, r.Node, r.Pool,
+					r.Host, r.CommID, r.CommName, r.Op, b2u(r.P2P), r.SizeBucket,
+					int32(clamp(r.NRanks, -1<<31, 1<<31-1)), int32(clamp(r.NNodes, -1<<31, 1<<31-1)), uint64(max(r.Count, 0)),
+					nullF(r.BusBWMin), nullF(r.BusBWMax), r.BusBWSum, nullF(r.BusBWP50), nullF(r.ExecUSMin),
+					nullF(r.ExecUSMax), r.ExecUSSum, nullF(r.ExecUSP50), nullF(r.ExecUSP99),
+					histBuckets(r.BusBWHist), histCounts(r.BusBWHist), histBuckets(r.ExecHist),
+					histCounts(r.ExecHist)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		key: func(b *pipeline.Batch, h io.Writer) {
+			var n [8]byte
+			for i := range b.Collectives {
+				writeSource(h, b.Collectives[i].Source)
+				// records is the row's version: the same row grown is
+				// another insert.
+				binary.LittleEndian.PutUint64(n[:], uint64(b.Collectives[i].Count))
+				h.Write(n[:])
+			}
+		},
+	},
+}
+
+// histBuckets and histCounts are a Hist's arrays as stored (Array(UInt16),
+// Array(UInt32); never nil).
+func histBuckets(h pipeline.Hist) []uint16 {
+	out := make([]uint16, len(h.Buckets))
+	for i, b := range h.Buckets {
+		out[i] = uint16(b)
+	}
+	return out
+}
+
+func histCounts(h pipeline.Hist) []uint32 {
+	if h.Counts == nil {
+		return []uint32{}
+	}
+	return h.Counts
+}
+
+// inspectorMigrations are migrations 60–69 (NCCL Inspector). The table is
+// keyed by the coordinates of a row's first record, like training_steps,
+// with records (how many records the row folds) as the version: a row
+// written again as it grows replaces its poorer copy, and a replay shows
+// nothing twice. A minute's records in several fold windows are several
+// rows; collective_perf_fabric sums them per job, communicator, operation,
+// size bucket and minute and joins the communicator's negotiated fabric
+// (comm_summaries, by comm_id: Inspector's header.id is the commId of
+// NCCL's init line) and the job's verdict. The join is in the view, not in
+// the rows, since a row must be a function of its records alone while the
+// init lines arrive on another input (the container log, not the dump
+// directory) at their own pace.
+func inspectorMigrations(f features) []migration {
+	t := f.ddl()
+	lc, codec, settings := t.lc, t.codec, t.settings
+	return []migration{
+		{Version: 60, Name: "collective_perf", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.collective_perf{on_cluster}
+(
+    topic String,
+    ` + "`partition`" + ` Int32,
+    ` + "`offset`" + ` Int64,
+    line Int32,
+    minute DateTime` + codec("Delta, ZSTD(1)") + `,
+    job ` + lc + `,
+    namespace ` + lc + `,
+    cluster ` + lc + `,
+    pod String,
+    node ` + lc + `,
+    pool ` + lc + `,
+    host ` + lc + `,
+    comm_id String,
+    comm_name ` + lc + `,
+    op ` + lc + `,
+    p2p UInt8,
+    size_bucket Int64,
+    nranks Int32,
+    nnodes Int32,
+    records UInt64,
+    busbw_min Nullable(Float64),
+    busbw_max Nullable(Float64),
+    busbw_sum Float64,
+    busbw_p50 Nullable(Float64),
+    exec_us_min Nullable(Float64),
+    exec_us_max Nullable(Float64),
+    exec_us_sum Float64,
+    exec_us_p50 Nullable(Float64),
+    exec_us_p99 Nullable(Float64),
+    busbw_hist_buckets Array(UInt16),
+    busbw_hist_counts Array(UInt32),
+    exec_hist_buckets Array(UInt16),
+    exec_hist_counts Array(UInt32),
+    inserted_at DateTime DEFAULT now()
+)
+ENGINE = ReplacingMergeTree(records)
+PARTITION BY toYYYYMM(minute)
+ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
+
+		// The rows of one minute from several windows: counts and sums
+		// add up, extremes are the extremes; the p50s are the medians of
+		// the rows' p50s weighted by their records (the histograms merge
+		// exactly with sumMap: docs/inspector.md), exec_us_p99 the
+		// highest row p99 (an upper bound).
+		{Version: 61, Name: "collective_perf_fabric", Stmts: []string{`CREATE VIEW IF NOT EXISTS {db}.collective_perf_fabric{on_cluster} AS
+SELECT
+    cluster,
+    namespace,
+    job,
+    comm_id,
+    op,
+    p2p,
+    size_bucket,
+    minute,
+    records,
+    busbw_min,
+    busbw_max,
+    busbw_p50,
+    exec_us_p50,
+    exec_us_p99,
+    perf_pool AS pool,
+    perf_nnodes AS nnodes,
+    comm_network,
+    comm_network_class,
+    comm_gdr,
+    network AS job_network,
+    network_class AS job_network_class,
+    verdict AS job_verdict
+FROM
+(
+    SELECT *
+    FROM
+    (
+        SELECT
+            cluster,
+            namespace,
+            job,
+            comm_id,
+            op,
+            p2p,
+            size_bucket,
+            minute,
+            sum(records) AS records,
+            min(busbw_min) AS busbw_min,
+            max(busbw_max) AS busbw_max,
+            quantileExactWeighted(0.5)(busbw_p50, records) AS busbw_p50,
+            quantileExactWeighted(0.5)(exec_us_p50, records) AS exec_us_p50,
+            max(exec_us_p99) AS exec_us_p99,
+            any(pool) AS perf_pool,
+            max(nnodes) AS perf_nnodes
+        FROM {db}.collective_perf FINAL
+        GROUP BY cluster, namespace, job, comm_id, op, p2p, size_bucket, minute
+    ) AS perf
+    ANY LEFT JOIN
+    (
+        SELECT
+            cluster,
+            namespace,
+            job,
+            comm_id,
+            network AS comm_network,
+            network_class AS comm_network_class,
+            gdr AS comm_gdr
+        FROM {db}.comm_summaries FINAL
+    ) AS comms USING (cluster, namespace, job, comm_id)
+) AS l
+ANY LEFT JOIN
+(
+    SELECT
+        cluster,
+        namespace,
+        job,
+        network,
+        network_class,
+        verdict
+    FROM {db}.job_verdicts
+) AS r USING (cluster, namespace, job)`}},
+	}
+}
