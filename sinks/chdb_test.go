@@ -252,6 +252,12 @@ func sqlLiteral(v any) string {
 			return "NULL"
 		}
 		return sqlLiteral(*x)
+	case []uint16:
+		return uintArray(x)
+	case []uint32:
+		return uintArray(x)
+	case []uint64:
+		return uintArray(x)
 	case bool:
 		return strconv.FormatBool(x)
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
@@ -675,4 +681,13 @@ func migrationStmts(f features) []string {
 		out = append(out, m.Stmts...)
 	}
 	return out
+}
+
+// uintArray is the SQL array literal of xs.
+func uintArray[T uint16 | uint32 | uint64](xs []T) string {
+	parts := make([]string, len(xs))
+	for i, n := range xs {
+		parts[i] = strconv.FormatUint(uint64(n), 10)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
 }

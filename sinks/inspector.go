@@ -129,7 +129,9 @@ ORDER BY (topic, ` + "`partition`, `offset`" + `, line)` + settings}},
 		// add up, extremes are the extremes; the p50s are the medians of
 		// the rows' p50s weighted by their records (the histograms merge
 		// exactly with sumMap: docs/inspector.md), exec_us_p99 the
-		// highest row p99 (an upper bound).
+		// highest row p99 (an upper bound). The inner aliases are not
+		// column names: ClickHouse would put sum(records) into the
+		// weighted quantiles ("aggregate function found inside another").
 		{Version: 61, Name: "collective_perf_fabric", Stmts: []string{`CREATE VIEW IF NOT EXISTS {db}.collective_perf_fabric{on_cluster} AS
 SELECT
     cluster,
@@ -140,12 +142,12 @@ SELECT
     p2p,
     size_bucket,
     minute,
-    records,
-    busbw_min,
-    busbw_max,
-    busbw_p50,
-    exec_us_p50,
-    exec_us_p99,
+    sum_records AS records,
+    min_busbw AS busbw_min,
+    max_busbw AS busbw_max,
+    p50_busbw AS busbw_p50,
+    p50_exec_us AS exec_us_p50,
+    p99_exec_us AS exec_us_p99,
     perf_pool AS pool,
     perf_nnodes AS nnodes,
     comm_network,
@@ -168,12 +170,12 @@ FROM
             p2p,
             size_bucket,
             minute,
-            sum(records) AS records,
-            min(busbw_min) AS busbw_min,
-            max(busbw_max) AS busbw_max,
-            quantileExactWeighted(0.5)(busbw_p50, records) AS busbw_p50,
-            quantileExactWeighted(0.5)(exec_us_p50, records) AS exec_us_p50,
-            max(exec_us_p99) AS exec_us_p99,
+            sum(records) AS sum_records,
+            min(busbw_min) AS min_busbw,
+            max(busbw_max) AS max_busbw,
+            quantileExactWeighted(0.5)(busbw_p50, records) AS p50_busbw,
+            quantileExactWeighted(0.5)(exec_us_p50, records) AS p50_exec_us,
+            max(exec_us_p99) AS p99_exec_us,
             any(pool) AS perf_pool,
             max(nnodes) AS perf_nnodes
         FROM {db}.collective_perf FINAL

@@ -9,6 +9,8 @@
 -- comm_id); records of communicators whose init was not seen are left
 -- out. busbw_p50 is the median of the minutes' medians weighted by their
 -- records. Only jobs with more than one network in the window are listed.
+-- Inner aliases are not column names: ClickHouse would substitute them into
+-- the aggregates that read the columns.
 -- Window: 7 days. ClickHouse 18.16 and later.
 SELECT
     cluster,
@@ -16,11 +18,11 @@ SELECT
     job,
     op,
     network,
-    records,
+    n_records AS records,
     first_minute,
     last_minute,
-    busbw_p50,
-    round(busbw_p50 / first_busbw, 3) AS vs_first_network
+    p50 AS busbw_p50,
+    round(p50 / first_busbw, 3) AS vs_first_network
 FROM
 (
     SELECT
@@ -29,10 +31,10 @@ FROM
         job,
         op,
         comm_network AS network,
-        sum(records) AS records,
+        sum(records) AS n_records,
         min(minute) AS first_minute,
         max(minute) AS last_minute,
-        round(quantileExactWeighted(0.5)(busbw_p50, records), 1) AS busbw_p50
+        round(quantileExactWeighted(0.5)(busbw_p50, records), 1) AS p50
     FROM ncclwatch.collective_perf_fabric
     WHERE minute >= now() - INTERVAL 7 DAY
       AND size_bucket >= 67108864
