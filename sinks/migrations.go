@@ -115,8 +115,13 @@ func render(stmt, db, cluster string) string {
 // is a function of the row), where ReplacingMergeTree and FINAL fold it as
 // on one server.
 //
-// An ALTER TABLE of NAME alters NAME_local and then NAME, each ON CLUSTER;
-// a DROP TABLE IF EXISTS of NAME drops NAME and then NAME_local.
+// An ALTER TABLE of NAME alters NAME_local ON CLUSTER, then drops and
+// creates NAME again over it: ClickHouse refuses an ALTER ON CLUSTER of a
+// Distributed table when the cluster's shards replicate internally
+// ("Table NAME isn't replicated, but shard #1 is replicated", 18.16), and
+// a Distributed table holds no rows and takes its columns from NAME_local
+// when created (inserts in between fail and are retried). A DROP TABLE IF
+// EXISTS of NAME drops NAME and then NAME_local.
 func expand(stmt, db, cluster string) []string {
 	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
 	const view = "CREATE VIEW IF NOT EXISTS " + phDB + "."
@@ -135,7 +140,7 @@ func expand(stmt, db, cluster string) []string {
 		if verb == drop {
 			return []string{render(stmt, db, cluster), local}
 		}
-		return []string{local, render(stmt, db, cluster)}
+		return []string{local, render(drop+name+phOnCluster, db, cluster), distributed(name, db, cluster)}
 	}
 	if cluster != "" && strings.HasPrefix(stmt, view) {
 		name, body, ok := strings.Cut(stmt[len(view):], phOnCluster)
@@ -178,10 +183,18 @@ func expand(stmt, db, cluster string) []string {
 		"ENGINE = ReplicatedReplacingMergeTree('" + zkPath + "', '{replica}'" + version + ")" + rest
 	out := []string{render(replicated, db, cluster)}
 	if name != "schema_migrations" {
-		out = append(out, render(create+name+phOnCluster+" AS "+phDB+"."+local+
-			"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+local+"', "+shardingKey(name)+")", db, cluster))
+		out = append(out, distributed(name, db, cluster))
 	}
 	return out
+}
+
+// distributed is the CREATE statement of table name's Distributed table
+// over name_local on every shard of cluster.
+func distributed(name, db, cluster string) string {
+	const create = "CREATE TABLE IF NOT EXISTS " + phDB + "."
+	local := name + "_local"
+	return render(create+name+phOnCluster+" AS "+phDB+"."+local+
+		"\nENGINE = Distributed('"+cluster+"', '"+db+"', '"+local+"', "+shardingKey(name)+")", db, cluster)
 }
 
 // localRef is a table or view of the schema named in a view's query.

@@ -365,10 +365,14 @@ func TestExpandCluster(t *testing.T) {
 			"CREATE TABLE IF NOT EXISTS nw.job_verdicts ON CLUSTER 'c2' AS nw.job_verdicts_local\nENGINE = Distributed('c2', 'nw', 'job_verdicts_local')",
 			"FROM nw.training_steps_local FINAL",
 			"nw.job_verdicts_local",
-			// Migrations 70 and 71: the columns on both tables, the view
+			// Migrations 70 and 71: the columns on the local tables, the
+			// Distributed table created again over them (an ALTER ON
+			// CLUSTER of it is refused where shards replicate), the view
 			// dropped in both forms before it is created again.
-			"ALTER TABLE nw.job_summaries_local ON CLUSTER 'c2'\n    ADD COLUMN zones Array(String)",
-			"ALTER TABLE nw.job_summaries ON CLUSTER 'c2'\n    ADD COLUMN zones Array(String)",
+			"ALTER TABLE nw.job_summaries_local ON CLUSTER 'c2'\n    ADD COLUMN zones Array(String)\n;\n" +
+				"DROP TABLE IF EXISTS nw.job_summaries ON CLUSTER 'c2'\n;\n" +
+				"CREATE TABLE IF NOT EXISTS nw.job_summaries ON CLUSTER 'c2' AS nw.job_summaries_local\n" +
+				"ENGINE = Distributed('c2', 'nw', 'job_summaries_local', cityHash64(cluster, namespace, job))",
 			"DROP TABLE IF EXISTS nw.job_verdicts ON CLUSTER 'c2'\n;\nDROP TABLE IF EXISTS nw.job_verdicts_local ON CLUSTER 'c2'\n;\nCREATE VIEW IF NOT EXISTS nw.job_verdicts_local ON CLUSTER 'c2' AS",
 		} {
 			if !strings.Contains(ddl, want) {
