@@ -431,7 +431,8 @@ var TelemetryTokens = [...][]byte{
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their
 // first bytes are common in trainer output, so bytes.Index over a block
-// runs at ~2.5 GB/s instead of 5–15 (BenchmarkTelemetryTokens).
+// stops often and runs several times slower than for the others
+// (BenchmarkTelemetryTokens).
 // TelemetryCandidate, which looks at one line, uses them too.
 var telemetrySlowTokens = [...][]byte{
 	[]byte("iter latency"), // DeepSpeed flops profiler step time

@@ -21,8 +21,8 @@ import (
 // per load instead of eight. Its false hits are more (short tokens of
 // common letters have only common pairs at one of the parities): that
 // pays for the line markers, which are searched through whole lines
-// (lineMarkSet on the load stream's lines: 15-27 % fewer CPU-ns, 376-424
-// vs 453-504 ns a line in in-process A/B runs on the shared machine), and
+// (lineMarkSet: fewer CPU-ns a line on the load stream's lines, in A/B
+// runs of the line benchmarks), and
 // not for the prefilter, which stops at its first hit (no gain measured;
 // so Prefilter's and the finders' sets test every position).
 //

@@ -3,8 +3,8 @@
 // a real Kafka topic and times `ncclwatch run` (and, with --peer,
 // ClickHouse's own Kafka engine) consuming it into ClickHouse. Its gen
 // subcommand writes the same synthetic training log as a file, the input of
-// the scan benchmarks. deploy/local/load.sh is the entry; see README.md
-// "Performance".
+// the scan benchmarks. deploy/local/load.sh is the entry; the method
+// is docs/performance.md.
 //
 //	ncclwatch-load [flags]          the benchmark
 //	ncclwatch-load gen [flags]      write a synthetic training log

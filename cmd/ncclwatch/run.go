@@ -57,7 +57,7 @@ type serviceFlags struct {
 func newServiceFlags(name string, stderr io.Writer) *serviceFlags {
 	f := &serviceFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	f.fs.SetOutput(stderr)
-	f.fs.StringVar(&f.config, "config", "", "YAML config file (see README); env NCCLWATCH_* and flags override it")
+	f.fs.StringVar(&f.config, "config", "", "YAML config file (see docs/configuration.md); env NCCLWATCH_* and flags override it")
 	f.fs.Var(listFlag{&f.brokers}, "brokers", "Kafka bootstrap brokers host:port[,…] (env NCCLWATCH_BROKERS)")
 	f.fs.Var(listFlag{&f.topics}, "topic", "Kafka topic(s) to consume, comma-separated (env NCCLWATCH_TOPICS)")
 	f.fs.StringVar(&f.group, "group", "", "Kafka consumer group (env NCCLWATCH_GROUP)")

@@ -104,7 +104,7 @@ log "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' 
 # Where the ClickHouse server writes its parts. On ext4 without a journal
 # the kernel checks each new inode against the ones freed in the last
 # minutes, so every run's dropped part files make the next run's dearer
-# (README, Performance (run)); TMPDIR=/dev/shm puts the data in RAM.
+# (docs/performance.md); TMPDIR=/dev/shm puts the data in RAM.
 fs="$(df --output=fstype "${TMPDIR:-/tmp}" 2>/dev/null | tail -1 | tr -d ' ')"
 dev="$(basename "$(df --output=source "${TMPDIR:-/tmp}" 2>/dev/null | tail -1)")"
 disk="server data in $data_dir on ${fs:-an unknown filesystem}"

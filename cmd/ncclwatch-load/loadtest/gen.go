@@ -33,8 +33,8 @@ type GenConfig struct {
 	GPUs      int
 	Network   string // "IB" or "Socket": the fabric the synthetic job uses
 	// RandomSteps gives every trainer line random numbers, its step too,
-	// and draws each line's trainer anew: the stream before issue 9, kept
-	// to compare with. Otherwise the job runs one trainer whose every rank
+	// and draws each line's trainer anew: the random-steps shape, kept to
+	// compare with. Otherwise the job runs one trainer whose every rank
 	// prints each step's progress line in turn, steps counting up.
 	// Shape ShapeRandomSteps sets it too.
 	RandomSteps bool
