@@ -617,11 +617,32 @@ const maxRayNotice = 512
 func rayDedupSuffix(line []byte) int {
 	end := len(trimRightSpace(line))
 	from := max(0, end-len(tokRepeated)-len(tokAcross)-maxRankDigits-maxRayNotice)
-	i := bytes.LastIndex(line[from:end], tokRepeated[1:])
-	if i < 0 {
+	// Every line comes here: the suffix is found by the ']' that closes
+	// it (a vectorised byte search rules most lines out), not by a
+	// substring search over the window.
+	if bytes.IndexByte(line[from:end], ']') < 0 {
 		return 0
 	}
-	i += from
+	i := -1
+	for k := end; i < 0; {
+		b := bytes.LastIndexByte(line[from:k], ']')
+		if b < 0 {
+			return 0
+		}
+		b += from
+		k = b
+		a := b + 1 - len(tokAcross)
+		if a < from || !bytes.Equal(line[a:b+1], tokAcross) {
+			continue
+		}
+		d := a
+		for d > from && isDigit(line[d-1]) {
+			d--
+		}
+		if r := d - len(tokRepeated) + 1; d < a && r >= from && bytes.Equal(line[r:d], tokRepeated[1:]) {
+			i = r
+		}
+	}
 	if i == 0 || line[i-1] != ' ' && line[i-1] != '\t' || len(trimRightSpace(line[:i])) == 0 {
 		return 0 // no message before it, or glued to a word: message text
 	}
