@@ -197,28 +197,9 @@ func TestCollectivePerfIdempotentReplay(t *testing.T) {
 				tbl := &collTables{}
 				commits := &recordingCommitter{}
 				feedAll(t, collRunner(t, tbl, commits, nil), msgs[:crash], func(i int) bool { return i%every == every-1 })
-				committed := map[int32]int64{}
-				cs := commits.commits
-				if lostCommit && len(cs) > 0 {
-					cs = cs[:len(cs)-1]
-				}
-				for _, c := range cs {
-					for _, o := range c {
-						committed[o.Partition] = o.Next
-					}
-				}
+				committed := lastCommits(t, commits, lostCommit)
 				r2 := collRunner(t, tbl, commits, nil)
-				parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
-					{Topic: "logs", Partition: 1, Committed: committed[1]}}
-				if err := r2.Assigned(context.Background(), parts); err != nil {
-					t.Fatal(err)
-				}
-				var rest []pipeline.Message
-				for _, m := range msgs {
-					if m.Offset >= committed[m.Partition] {
-						rest = append(rest, m)
-					}
-				}
+				rest := resume(t, r2, msgs, committed)
 				feedAll(t, r2, rest, func(i int) bool { return i%every == every-1 })
 				if d := diffLines(tbl.dumpColls(), want); d != "" {
 					t.Fatalf("flush every %d, crash after %d records (commit lost %v, committed %v): collective_perf differs:\n%s",
@@ -262,29 +243,14 @@ func TestCollectivePerfHandedOverWhenQuiet(t *testing.T) {
 			if err := a.Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			committed := map[int32]int64{}
-			for _, c := range commits.commits {
-				for _, o := range c {
-					committed[o.Partition] = o.Next
-				}
-			}
+			committed := lastCommits(t, commits, false)
 			b := collRunner(t, tbl, commits, func(d *pipeline.RunnerDeps) {
 				clock(d)
 				if restore {
 					d.Folds = tbl
 				}
 			})
-			parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
-				{Topic: "logs", Partition: 1, Committed: committed[1]}}
-			if err := b.Assigned(context.Background(), parts); err != nil {
-				t.Fatal(err)
-			}
-			var rest []pipeline.Message
-			for _, m := range msgs {
-				if m.Offset >= committed[m.Partition] {
-					rest = append(rest, m)
-				}
-			}
+			rest := resume(t, b, msgs, committed)
 			feedAll(t, b, rest, func(int) bool { return false })
 			d := diffLines(tbl.dumpColls(), want)
 			switch {

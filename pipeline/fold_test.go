@@ -209,31 +209,9 @@ func TestTrainingStepsIdempotentReplay(t *testing.T) {
 				feedAll(t, r, msgs[:crash], func(i int) bool { return i%every == every-1 })
 				// The crash: the runner is dropped. lostCommit: its last
 				// batch was stored but its offsets never committed.
-				committed := map[int32]int64{}
-				cs := commits.commits
-				if lostCommit && len(cs) > 0 {
-					cs = cs[:len(cs)-1]
-				}
-				for _, c := range cs {
-					for _, o := range c {
-						if o.Next < committed[o.Partition] {
-							t.Fatalf("commit went back: %+v after %d", o, committed[o.Partition])
-						}
-						committed[o.Partition] = o.Next
-					}
-				}
+				committed := lastCommits(t, commits, lostCommit)
 				r2 := foldRunner(t, tbl, commits, 10)
-				parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
-					{Topic: "logs", Partition: 1, Committed: committed[1]}}
-				if err := r2.Assigned(context.Background(), parts); err != nil {
-					t.Fatal(err)
-				}
-				var rest []pipeline.Message
-				for _, m := range msgs {
-					if m.Offset >= committed[m.Partition] {
-						rest = append(rest, m)
-					}
-				}
+				rest := resume(t, r2, msgs, committed)
 				feedAll(t, r2, rest, func(i int) bool { return i%every == every-1 })
 				if d := diffLines(tbl.dump(), want); d != "" {
 					t.Fatalf("flush every %d, crash after %d records (commit lost %v, committed %v): training_steps differs from the fault-free run:\n%s",
@@ -280,12 +258,7 @@ func TestTrainingStepsHandedOverWhenQuiet(t *testing.T) {
 			if err := a.Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			committed := map[int32]int64{}
-			for _, c := range commits.commits {
-				for _, o := range c {
-					committed[o.Partition] = o.Next
-				}
-			}
+			committed := lastCommits(t, commits, false)
 			snaps += len(tbl.folds)
 			b := foldRunnerWith(t, tbl, commits, 10, func(d *pipeline.RunnerDeps) {
 				clock(d)
@@ -293,17 +266,7 @@ func TestTrainingStepsHandedOverWhenQuiet(t *testing.T) {
 					d.Folds = tbl
 				}
 			})
-			parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
-				{Topic: "logs", Partition: 1, Committed: committed[1]}}
-			if err := b.Assigned(context.Background(), parts); err != nil {
-				t.Fatal(err)
-			}
-			var rest []pipeline.Message
-			for _, m := range msgs {
-				if m.Offset >= committed[m.Partition] {
-					rest = append(rest, m)
-				}
-			}
+			rest := resume(t, b, msgs, committed)
 			feedAll(t, b, rest, func(int) bool { return false })
 			d := diffLines(tbl.dump(), want)
 			switch {
@@ -547,4 +510,43 @@ func TestNCCLTestResultsReplayKeepsHeader(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lastCommits returns each partition's last committed offset, without the
+// last Commit call when lost (its batch was stored, its offsets never
+// committed). A commit that goes back fails the test.
+func lastCommits(t *testing.T, c *recordingCommitter, lost bool) map[int32]int64 {
+	t.Helper()
+	cs := c.commits
+	if lost && len(cs) > 0 {
+		cs = cs[:len(cs)-1]
+	}
+	committed := map[int32]int64{}
+	for _, offs := range cs {
+		for _, o := range offs {
+			if o.Next < committed[o.Partition] {
+				t.Fatalf("commit went back: %+v after %d", o, committed[o.Partition])
+			}
+			committed[o.Partition] = o.Next
+		}
+	}
+	return committed
+}
+
+// resume assigns r partitions 0 and 1 of topic logs at committed and
+// returns the records of msgs it is to read from there on.
+func resume(t *testing.T, r *pipeline.Runner, msgs []pipeline.Message, committed map[int32]int64) []pipeline.Message {
+	t.Helper()
+	parts := []pipeline.Partition{{Topic: "logs", Partition: 0, Committed: committed[0]},
+		{Topic: "logs", Partition: 1, Committed: committed[1]}}
+	if err := r.Assigned(context.Background(), parts); err != nil {
+		t.Fatal(err)
+	}
+	var rest []pipeline.Message
+	for _, m := range msgs {
+		if m.Offset >= committed[m.Partition] {
+			rest = append(rest, m)
+		}
+	}
+	return rest
 }
