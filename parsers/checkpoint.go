@@ -164,6 +164,9 @@ var lowerForms = [...]checkpointForm{
 	// Orbax (218): "[process=0] [sync] Started save checkpoint @ PATH."
 	// (event_tracking.py), per process.
 	{[]byte("Started save checkpoint @ "), orbaxStarted},
+	// Orbax's async checkpointer (236, 239): "[process=0] Started async
+	// saving checkpoint to PATH.".
+	{[]byte("Started async saving checkpoint to "), orbaxStarted},
 	// fairseq and metaseq (005): "Saved checkpoint /scratch/…/checkpoint_10-
 	// model_part-0-shard0.pt (epoch 1 @ 10 updates) (writing took
 	// 1.2194619262591004 seconds)", one line per save (checkpoint_utils.py);

@@ -2,6 +2,7 @@ package parsers
 
 import (
 	"bytes"
+	"math"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -182,7 +183,10 @@ func atStepSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	switch p, to := afterWord(rest, "to"); {
 	case to:
 		cl.Framework, cl.Path = pipeline.FrameworkLevanter, p
-	case len(trimBlank(rest)) == 0 && bytes.Contains(b[:i], []byte("checkpoint_manager.py:")):
+	case len(trimBlank(rest)) == 0 && bytes.Contains(b[:i], []byte("checkpoint_manager.py:")),
+		len(trimBlank(rest)) > 0 && len(cutSource(rest)) == 0 && bytes.Contains(rest, []byte(":checkpoint_manager.py:")):
+		// The source before the message (absl) or after it (openpi's
+		// formatter, 237: "… at step 130    (2406527:checkpoint_manager.py:1286)").
 		cl.Framework = pipeline.FrameworkOrbax
 	default:
 		return false
@@ -498,10 +502,40 @@ func flaxSaving(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 	return true
 }
 
+// cutSource drops the source a log formatter prints after the message
+// (openpi, 236: "… (1670817:async_checkpointer.py:439)") and the blanks
+// before it.
+func cutSource(b []byte) []byte {
+	b = trimBlank(b)
+	if len(b) == 0 || b[len(b)-1] != ')' {
+		return b
+	}
+	k := bytes.LastIndexByte(b, '(')
+	if k < 0 || k > 0 && b[k-1] != ' ' {
+		return b
+	}
+	src := b[k+1 : len(b)-1]
+	colon := bytes.IndexByte(src, ':')
+	if colon <= 0 || !bytes.Contains(src[colon:], []byte(".py:")) {
+		return b
+	}
+	for _, c := range src[:colon] {
+		if !isDigit(c) {
+			return b
+		}
+	}
+	return trimRightSpace(b[:k])
+}
+
 // orbaxStarted reads "[sync] Started save checkpoint @ PATH." (or
-// "[async] …").
+// "[async] …") and the async checkpointer's "[process=0] Started async
+// saving checkpoint to PATH." (236, 239).
 func orbaxStarted(b []byte, i int, cl *pipeline.CheckpointLine) bool {
-	p := bytes.TrimSuffix(trimBlank(b[i+len("Started save checkpoint @ "):]), []byte("."))
+	m := len("Started save checkpoint @ ")
+	if b[i+len("Started ")] == 'a' {
+		m = len("Started async saving checkpoint to ")
+	}
+	p := bytes.TrimSuffix(cutSource(b[i+m:]), []byte("."))
 	if len(p) == 0 {
 		return false
 	}
@@ -511,21 +545,28 @@ func orbaxStarted(b []byte, i int, cl *pipeline.CheckpointLine) bool {
 }
 
 // orbaxFinished reads Orbax's "[sync] Finished blocking save in 1.55
-// seconds. Continuing save @ PATH." (a figure: the blocking part) and
-// "[sync] Finished save in 1.61 seconds @ PATH" (the end). Their marker
-// holds no "checkpoint"; a line reaches here only when its path does.
+// seconds. Continuing save @ PATH." or (239) "Finished blocking save in
+// 29.94 seconds. Continuing to save asynchronously to PATH." (a figure: the
+// blocking part), "[sync] Finished save in 1.61 seconds @ PATH" and (238,
+// 239) "Finished asynchronous save (blocking + background) in 192.92
+// seconds to PATH" (the end). Their marker holds no "checkpoint"; a line
+// reaches here only when its path or its source does.
 func orbaxFinished(b []byte, cl *pipeline.CheckpointLine) bool {
 	i := bytes.Index(b, []byte("] Finished "))
 	if i < 0 {
 		return false
 	}
 	rest := b[i+len("] Finished "):]
-	phase := pipeline.CheckpointEnd
+	phase, background := pipeline.CheckpointEnd, false
 	switch {
 	case hasPrefix(rest, "blocking save in "):
 		phase, rest = pipeline.CheckpointAmend, rest[len("blocking save in "):]
 	case hasPrefix(rest, "save in "):
 		rest = rest[len("save in "):]
+	case hasPrefix(rest, "asynchronous save (blocking + background) in "):
+		// Its time includes the background write, which the training
+		// loop did not wait for: no duration of the save (R6).
+		rest, background = rest[len("asynchronous save (blocking + background) in "):], true
 	default:
 		return false
 	}
@@ -534,13 +575,18 @@ func orbaxFinished(b []byte, cl *pipeline.CheckpointLine) bool {
 	if !ok || d < 0 || !hasPrefix(trimBlank(rest), "seconds") {
 		return false
 	}
-	k := bytes.Index(rest, []byte("@ "))
-	if k < 0 {
-		return false
+	var p []byte
+	for _, to := range [...]string{"@ ", " asynchronously to ", "seconds to "} {
+		if k := bytes.Index(rest, []byte(to)); k >= 0 {
+			p = bytes.TrimSuffix(cutSource(rest[k+len(to):]), []byte("."))
+			break
+		}
 	}
-	p := bytes.TrimSuffix(trimBlank(rest[k+2:]), []byte("."))
 	if len(p) == 0 {
 		return false
+	}
+	if background {
+		d = math.NaN()
 	}
 	cl.Framework, cl.Op, cl.Phase, cl.Duration, cl.Path, cl.Repeated = pipeline.FrameworkOrbax, pipeline.CheckpointSave, phase, d, p, true
 	cl.Step = orbaxStep(p)
