@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -575,4 +576,52 @@ func gradeCheckpoints(got, want []pipeline.CheckpointReport) (right, total int) 
 		}
 	}
 	return right, total
+}
+
+// TestCheckpointCarriageReturnUpdates: a physical line of carriage-return
+// updates is read update by update where an update holds a checkpoint
+// marker (docs/checkpoints.md, R9): two Lightning saves inside one
+// rewritten progress line are two saves, stored as two rows, and the last
+// update still gives the line's progress. The line is built from the
+// rule's example, not taken from a published log.
+func TestCheckpointCarriageReturnUpdates(t *testing.T) {
+	bar := "Epoch 0: 100%|██████████| 25/25 [00:03<00:00,  7.41it/s, v_num=0]"
+	save := func(ep, step int) string {
+		return fmt.Sprintf("Epoch %d, global step %d: 'val_loss' reached 0.5 (best 0.5), saving model to '/ckpt/epoch=%d-step=%d.ckpt' as top 1", ep, step, ep, step)
+	}
+	cases := []struct {
+		name  string
+		line  string
+		saves int
+		steps []int64
+	}{
+		{"two saves, bar last", bar + "\r" + save(0, 500) + "\r" + bar + "\r" + save(1, 1000) + "\r" + bar, 2, []int64{500, 1000}},
+		{"two saves, save last", bar + save(0, 500) + "\r" + bar + "\r" + save(1, 1000), 2, []int64{500, 1000}},
+		{"one save among bars", bar + "\r" + save(0, 25) + "\r" + bar + "\r\r", 1, []int64{25}},
+		{"bars only", bar + "\r" + bar + "\r" + bar, 0, nil},
+	}
+	for _, tc := range cases {
+		lines := NewLines(NewTelemetry(DefaultTelemetryConfig()))
+		asm := pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+		var b pipeline.Batch
+		var ev pipeline.Event
+		var tl pipeline.TelemetryLine
+		_, tel := lines.Line([]byte(tc.line), &ev, &tl)
+		if tel {
+			asm.Add("job", nil, &tl, time.Unix(1, 0), pipeline.Source{Topic: "t", Offset: 7}, &b)
+		}
+		got := asm.Checkpoints("job")
+		saves := 0
+		var steps []int64
+		for _, r := range got {
+			saves += r.Saves
+			steps = append(steps, r.Steps...)
+		}
+		if saves != tc.saves || !slices.Equal(steps, tc.steps) {
+			t.Errorf("%s: %d saves, steps %v; want %d, %v", tc.name, saves, steps, tc.saves, tc.steps)
+		}
+		if rows := lastVersions(b.Checkpoints); len(rows) != tc.saves {
+			t.Errorf("%s: %d stored events; want %d (rows %+v)", tc.name, len(rows), tc.saves, b.Checkpoints)
+		}
+	}
 }

@@ -103,7 +103,8 @@ type Telemetry struct {
 	formats []declaredFormat // cfg.Formats, compiled (declared.go)
 	ansi    []byte
 	ev      pipeline.Event
-	ckpt    Checkpoint // checkpoint save and load lines (checkpoint.go)
+	ckpt    Checkpoint                // checkpoint save and load lines (checkpoint.go)
+	earlier []pipeline.CheckpointLine // checkpoint lines of earlier carriage-return updates
 	// pre, when usePre is set, is the NCCL parse of the line (nil: not an
 	// NCCL line), done by Lines on the same stripped text.
 	pre    *pipeline.Event
@@ -120,10 +121,33 @@ func NewTelemetry(cfg TelemetryConfig) *Telemetry {
 // the line is a telemetry line; when it is, tl holds its figures, with byte
 // slices aliasing line or the parser's buffer, valid until the next call.
 // A line of tqdm updates joined by carriage returns is read by its last
-// update.
+// update; the checkpoint lines of its earlier updates are in tl.Earlier
+// (docs/checkpoints.md, R9), and when the last update is no telemetry line
+// the last of them is tl's own.
 func (t *Telemetry) Parse(line []byte, tl *pipeline.TelemetryLine) bool {
+	last := lastUpdate(line)
+	var earlier []pipeline.CheckpointLine
+	if lo, ok := offsetIn(line, last); ok && lo > 0 {
+		earlier = t.crCheckpoints(line[:lo])
+	}
+	ok := t.parseLast(last, tl)
+	if len(earlier) == 0 {
+		return ok
+	}
+	if !ok {
+		tl.Reset()
+		tl.Kind, tl.Checkpoint = pipeline.TelemetryCheckpoint, earlier[len(earlier)-1]
+		earlier = earlier[:len(earlier)-1]
+	}
+	if len(earlier) > 0 {
+		tl.Earlier = earlier
+	}
+	return true
+}
+
+// parseLast is Parse of the line's last update.
+func (t *Telemetry) parseLast(line []byte, tl *pipeline.TelemetryLine) bool {
 	tl.Reset()
-	line = lastUpdate(line)
 	if len(line) > maxTelemetryLine {
 		return false
 	}
@@ -135,6 +159,49 @@ func (t *Telemetry) Parse(line []byte, tl *pipeline.TelemetryLine) bool {
 	rest, p := StripPrefix(line)
 	t.usePre = false
 	return t.telemetry(rest, p, tl)
+}
+
+// maxEarlierCheckpoints bounds the checkpoint lines read from the earlier
+// updates of one carriage-return line; past it, updates are not read (a
+// bar redrawn that often between two newlines holds no more saves).
+const maxEarlierCheckpoints = 64
+
+// checkpointMarks are lineSet's checkpoint marker bits.
+const checkpointMarks = 1<<markCheckpointLower | 1<<markCheckpointUpper | 1<<markSavingModelTo | 1<<markRestoringParameters
+
+// crCheckpoints reads the checkpoint lines of head, the carriage-return
+// updates of a line before its last one, in order (R9). Only a head that
+// holds a checkpoint marker is split. The lines alias head or buffers of
+// their own, valid until the next call.
+func (t *Telemetry) crCheckpoints(head []byte) []pipeline.CheckpointLine {
+	t.earlier = t.earlier[:0]
+	if lineSet.mask(head)&checkpointMarks == 0 {
+		return nil
+	}
+	var cl pipeline.CheckpointLine
+	for len(head) > 0 && len(t.earlier) < maxEarlierCheckpoints {
+		seg := head
+		if k := bytes.IndexByte(head, '\r'); k >= 0 {
+			seg, head = head[:k], head[k+1:]
+		} else {
+			head = nil
+		}
+		if len(seg) == 0 || len(seg) > maxTelemetryLine {
+			continue
+		}
+		if bytes.IndexByte(seg, 0x1b) >= 0 {
+			// Its own copy: the paths of earlier updates stay valid.
+			seg = StripANSI(nil, seg)
+		}
+		rest, _ := StripPrefix(seg)
+		if rest = trimRightSpace(rest); len(rest) == 0 {
+			continue
+		}
+		if m := lineSet.mask(rest); m&checkpointMarks != 0 && t.ckpt.parse(rest, &cl, m) {
+			t.earlier = append(t.earlier, cl)
+		}
+	}
+	return t.earlier
 }
 
 // parseStripped is Parse of a line Lines has stripped of colours and its

@@ -93,6 +93,15 @@ func (p *Parsed) keepTelemetry(tl *TelemetryLine) {
 	tl.Host, tl.GPU, tl.Name = p.keep(tl.Host), p.keep(tl.GPU), p.keep(tl.Name)
 	tl.Row.Type, tl.Row.Redop = p.keep(tl.Row.Type), p.keep(tl.Row.Redop)
 	tl.Checkpoint.Path = p.keep(tl.Checkpoint.Path)
+	if len(tl.Earlier) > 0 {
+		// Rare (R9): a copy of the slice, whose backing array the
+		// parser reuses.
+		e := append([]CheckpointLine(nil), tl.Earlier...)
+		for i := range e {
+			e[i].Path = p.keep(e[i].Path)
+		}
+		tl.Earlier = e
+	}
 	c := &tl.Coll
 	c.Comm, c.CommName, c.Version, c.Host = p.keep(c.Comm), p.keep(c.CommName), p.keep(c.Version), p.keep(c.Host)
 	c.Op, c.Timing = p.keep(c.Op), p.keep(c.Timing)
@@ -120,7 +129,7 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 	if tel {
 		// After the messages, as Record's caller reads it; the messages
 		// were read without telemetry (once per line), p.tl is the line's.
-		if isTraining(p.tl.Kind) {
+		if isTraining(p.tl.Kind) && len(p.tl.Earlier) == 0 {
 			out.msgs = append(out.msgs, parsedMsg{rec: *rec, training: true, ev: -1, tl: int32(len(out.training))})
 			out.training = append(out.training, trainingLine{p.tl.Kind, p.tl.Framework, p.tl.Rank, p.tl.TrainingFigures})
 		} else {

@@ -155,6 +155,10 @@ type TelemetryLine struct {
 
 	// Checkpoint is a checkpoint line's save or load.
 	Checkpoint CheckpointLine
+	// Earlier are the checkpoint lines of the carriage-return updates
+	// before the one the line is read by, in order (docs/checkpoints.md,
+	// R9); nil for most lines. The assembler folds them before the line.
+	Earlier []CheckpointLine
 
 	// Coll is an NCCL Inspector record.
 	Coll CollectiveRecord

@@ -194,6 +194,15 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			j.pool = m.pool
 		}
 	}
+	for k := range tl.Earlier {
+		// R9: saves announced in earlier updates of a carriage-return
+		// line, each an event under coordinates of its own.
+		ev := j.checkpoint(*m, &tl.Earlier[k], tl.Rank, t, earlierSource(src, k))
+		if ev != nil && out != nil {
+			out.Checkpoints = append(out.Checkpoints, *ev)
+			out.Bytes += 160 + len(ev.Job) + len(ev.Pod) + len(ev.Path)
+		}
+	}
 	switch {
 	case isTraining(tl.Kind):
 		// The reports follow the job's series; an amend line with no step
@@ -238,6 +247,16 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			out.Bytes += 200 + len(row.Job) + len(row.Pod) + 16*len(row.Hosts)
 		}
 	}
+}
+
+// earlierSource returns the coordinates of the k-th earlier update of the
+// line at src (TelemetryLine.Earlier): a negative Line, distinct for every
+// line and update of a record, so that events begun there are rows of
+// their own in storage (rows are keyed by their first line's coordinates).
+func earlierSource(src Source, k int) Source {
+	const per = 64 // updates per line, parsers' maxEarlierCheckpoints
+	src.Line = -1 - (src.Line%(math.MaxInt32/per))*per - int32(k%per)
+	return src
 }
 
 func (a *TelemetryAssembler) job(key string) *telJob {
