@@ -225,8 +225,7 @@ func (r *Runner) reset() {
 	r.asm = r.deps.NewAssembler(r.cfg.Assembler)
 	r.proc = NewProcessor(r.asm, r.deps.Classifier, func(rec *Record) string {
 		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
-	})
-	r.proc.SetTap(r.tap)
+	}, WithTap(r.tap))
 	r.tel = NewTelemetryAssembler(r.cfg.Telemetry, r.deps.Inventory)
 	r.dirty = map[string]bool{}
 	r.telDirty = map[string]bool{}

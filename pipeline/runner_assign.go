@@ -38,7 +38,7 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 // with the error), each failure is counted in
 // ncclwatch_state_rebuild_errors_total, and the first is logged at warn.
 func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
-	backoff := r.cfg.RetryBackoff
+	backoff := r.backoff()
 	for attempt := 1; ; attempt++ {
 		err := r.rebuild(ctx, parts)
 		if err == nil {
@@ -59,16 +59,16 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 		}
 		if attempt == 1 {
 			r.failingSince.CompareAndSwap(0, time.Now().UnixNano())
-			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("state rebuild failed; retrying while the assignment waits")
+			r.log.Warn().Err(err).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying while the assignment waits")
 		} else {
-			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("state rebuild failed; retrying")
+			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying")
 		}
 		r.lastErr.Store(&err)
 		// What a failed attempt loaded is dropped: the next one starts
 		// from nothing.
 		r.reset()
 		r.dropBatch()
-		if !r.pause(ctx, &backoff) {
+		if !backoff.Wait(ctx) {
 			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
 		}
 	}
