@@ -408,9 +408,9 @@ func (r *recordingAsm) Add(job string, meta *pipeline.Meta, ev *pipeline.Event, 
 // behind a [receive] one is seen.
 func TestParseGluedMessages(t *testing.T) {
 	asm := &recordingAsm{}
-	p := pipeline.NewProcessor(asm, &Lines{}, nil)
 	var texts []string
-	p.SetTap(func(_ string, rec *pipeline.Record, _ *pipeline.Event) { texts = append(texts, string(rec.Text)) })
+	p := pipeline.NewProcessor(asm, &Lines{}, nil,
+		pipeline.WithTap(func(_ string, rec *pipeline.Record, _ *pipeline.Event) { texts = append(texts, string(rec.Text)) }))
 	in := "NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA    " +
 		"VM-17-82-centos:11980:12549 [2] NCCL INFO Channel 03/0 : 2[2] -> 10[2] [send] via NET/IBext/2/GDRDMA  " +
 		"VM-17-82-centos:11978:12548 [0] NCCL INFO Channel 12/0 : 8[0] -> 0[0] [receive] via NET/IBext/0/GDRDMA"

@@ -315,3 +315,36 @@ func (inv *Inventory) Expect(nodes []string, def Expectation) Expectation {
 	}
 	return e
 }
+
+// Enricher is the enrich stage of the chain: it joins a job's assembled
+// state with what the fleet says of its nodes — the expectation it is
+// judged by (Inventory.Expect) and where the nodes sit (Inventory.
+// Topology). The run loop calls it for every job whose summaries a batch
+// carries, scan once for its one job. Without an Inventory it leaves the
+// job alone: the assembler's default expectation holds.
+type Enricher struct {
+	Inventory *Inventory  // nil: no inventory
+	Default   Expectation // what the inventory's facts refine
+}
+
+// Expect sets job's expectation in asm from the inventory's facts of its
+// nodes and returns it; without an inventory it returns Default and
+// leaves asm alone.
+func (en *Enricher) Expect(asm NCCLAssembler, job string) Expectation {
+	if en.Inventory == nil {
+		return en.Default
+	}
+	e := en.Inventory.Expect(asm.Nodes(job), en.Default)
+	asm.SetExpectation(job, &e)
+	return e
+}
+
+// Place sets sum's Topology from the inventory's facts of job's nodes,
+// judged by e, and reports whether it had an inventory to do so.
+func (en *Enricher) Place(asm NCCLAssembler, job string, e Expectation, sum *JobSummary) bool {
+	if en.Inventory == nil {
+		return false
+	}
+	en.Inventory.Topology(asm.Nodes(job), e, sum)
+	return true
+}

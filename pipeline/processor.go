@@ -54,15 +54,22 @@ type Processor struct {
 	Stats ProcessorStats
 }
 
+// ProcessorOption sets up a Processor at construction.
+type ProcessorOption func(*Processor)
+
+// WithTap makes fn see every NCCL event after the assembler took it.
+func WithTap(fn Tap) ProcessorOption { return func(p *Processor) { p.tap = fn } }
+
 // NewProcessor returns a processor feeding asm. job may be nil: every record
 // then belongs to the job named "".
-func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc) *Processor {
+func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc, opts ...ProcessorOption) *Processor {
 	split, _ := cls.(MessageSplitter)
-	return &Processor{asm: asm, cls: cls, job: job, split: split, training: blankTelemetryLine}
+	p := &Processor{asm: asm, cls: cls, job: job, split: split, training: blankTelemetryLine}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
-
-// SetTap installs fn to see every NCCL event.
-func (p *Processor) SetTap(fn Tap) { p.tap = fn }
 
 // Assembler returns the assembler the processor feeds.
 func (p *Processor) Assembler() NCCLAssembler { return p.asm }

@@ -1,6 +1,3 @@
-// Package pipeline owns the domain types of ncclwatch (Record, Event,
-// CommSummary, JobSummary, Batch), the stage interface, the communicator and
-// job assembler, and the run loop that moves batches from a source to sinks.
 package pipeline
 
 import "time"

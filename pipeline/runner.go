@@ -103,6 +103,7 @@ type Runner struct {
 	log  zerolog.Logger
 
 	asm      NCCLAssembler
+	enrich   Enricher // the enrich stage: deps.Inventory, cfg.Assembler.Expect
 	proc     *Processor
 	batch    Batch
 	dirty    map[string]bool
@@ -208,7 +209,8 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 	}
 	r := &Runner{cfg: cfg, deps: deps, log: deps.Logger, namer: JobNamer{Labels: cfg.JobLabels},
 		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{},
-		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps)}
+		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps),
+		enrich: Enricher{Inventory: deps.Inventory, Default: cfg.Assembler.Expect}}
 	r.linef, r.foldf = r.line, r.fold
 	r.reset()
 	r.last = deps.Now()
@@ -225,8 +227,7 @@ func (r *Runner) reset() {
 	r.asm = r.deps.NewAssembler(r.cfg.Assembler)
 	r.proc = NewProcessor(r.asm, r.deps.Classifier, func(rec *Record) string {
 		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
-	})
-	r.proc.SetTap(r.tap)
+	}, WithTap(r.tap))
 	r.tel = NewTelemetryAssembler(r.cfg.Telemetry, r.deps.Inventory)
 	r.dirty = map[string]bool{}
 	r.telDirty = map[string]bool{}

@@ -38,7 +38,7 @@ func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 // with the error), each failure is counted in
 // ncclwatch_state_rebuild_errors_total, and the first is logged at warn.
 func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
-	backoff := r.cfg.RetryBackoff
+	backoff := r.backoff()
 	for attempt := 1; ; attempt++ {
 		err := r.rebuild(ctx, parts)
 		if err == nil {
@@ -59,16 +59,16 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 		}
 		if attempt == 1 {
 			r.failingSince.CompareAndSwap(0, time.Now().UnixNano())
-			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("state rebuild failed; retrying while the assignment waits")
+			r.log.Warn().Err(err).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying while the assignment waits")
 		} else {
-			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("state rebuild failed; retrying")
+			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying")
 		}
 		r.lastErr.Store(&err)
 		// What a failed attempt loaded is dropped: the next one starts
 		// from nothing.
 		r.reset()
 		r.dropBatch()
-		if !r.pause(ctx, &backoff) {
+		if !backoff.Wait(ctx) {
 			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
 		}
 	}
@@ -101,7 +101,12 @@ func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 	}
 	since := r.deps.Now().Add(-r.cfg.IdleEvict)
 	r.foldedJob = "" // touched entries are set below
-	var ev Event
+	// Stored rows enter through the line path of live records
+	// (Processor.Record), one message each: the tap stored every message
+	// of a glued line as a row of its own.
+	proc := NewProcessor(r.asm, oneMessage{r.deps.Classifier}, func(rec *Record) string {
+		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
+	})
 	n := 0
 	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
 		ps := byTopic[topic]
@@ -109,19 +114,20 @@ func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 			if row.Source.Offset >= below[partKey{row.Source.Topic, row.Source.Partition}] {
 				return nil // delivered again: folded in as it arrives
 			}
-			nccl, tel := r.deps.Classifier.Line([]byte(row.Line), &ev, &r.tl)
-			if tel {
+			meta := Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod, Container: row.Container, Node: row.Node}
+			rec := Record{Source: row.Source, Time: row.Time, Meta: &meta, Text: []byte(row.Line)}
+			before := proc.Stats.NCCLLines
+			proc.Record(&rec)
+			job := JobKey(row.Cluster, row.Namespace, row.Job)
+			if tl, ok := proc.Telemetry(); ok {
 				// Restores the job's network and NCCL ranks for its test
 				// runs; rows are not written again.
-				r.tel.Add(JobKey(row.Cluster, row.Namespace, row.Job), &Meta{Job: row.Job, Namespace: row.Namespace,
-					Cluster: row.Cluster, Pod: row.Pod, Node: row.Node}, &r.tl, row.Time, row.Source, nil)
+				r.tel.Add(job, &Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod,
+					Node: row.Node}, tl, row.Time, row.Source, nil)
 			}
-			if !nccl {
+			if proc.Stats.NCCLLines == before {
 				return nil
 			}
-			meta := Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod, Container: row.Container, Node: row.Node}
-			job := JobKey(row.Cluster, row.Namespace, row.Job)
-			r.asm.Add(job, &meta, &ev, row.Time)
 			r.touched[job] = r.deps.Now()
 			// The next batch carries the rebuilt job's summary: the same
 			// version and content as stored, so storage does not change,
@@ -231,3 +237,7 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	r.assigned.Store(false)
 	return err
 }
+
+// oneMessage is a Classifier that reads a line as one message: a stored
+// row is one message already (it hides a MessageSplitter).
+type oneMessage struct{ Classifier }

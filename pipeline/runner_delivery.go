@@ -214,7 +214,7 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 	if r.failingSince.Load() == 0 {
 		r.failingSince.Store(time.Now().UnixNano())
 	}
-	backoff := r.cfg.RetryBackoff
+	backoff := r.backoff()
 	for {
 		err := r.deps.Sink.Consume(ctx, b)
 		if err == nil {
@@ -235,26 +235,16 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
 		}
-		r.log.Debug().Err(err).Dur("retry_in", backoff).Int("rows", b.Len()).Msg("sink rejected batch; retrying")
-		if !r.pause(ctx, &backoff) {
+		r.log.Debug().Err(err).Dur("retry_in", backoff.Next()).Int("rows", b.Len()).Msg("sink rejected batch; retrying")
+		if !backoff.Wait(ctx) {
 			return fmt.Errorf("store batch: %w (last error: %v)", ctx.Err(), err)
 		}
 	}
 }
 
-// pause waits out one retry backoff and doubles it (up to MaxBackoff); it
-// reports false when ctx ended first.
-func (r *Runner) pause(ctx context.Context, backoff *time.Duration) bool {
-	timer := time.NewTimer(*backoff)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-	}
-	*backoff = min(2**backoff, r.cfg.MaxBackoff)
-	return true
-}
+// backoff paces the retries of one batch or one rebuild: RetryBackoff,
+// doubling up to MaxBackoff.
+func (r *Runner) backoff() Backoff { return Backoff{Min: r.cfg.RetryBackoff, Max: r.cfg.MaxBackoff} }
 
 // stored marks the sink healthy.
 func (r *Runner) stored() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // Drain stops accepting records, ends the partial lines in progress and
@@ -86,101 +87,11 @@ func (r *Runner) prepare(timed bool) (evict []string, ok bool) {
 	}
 	// Summaries and observations are rebuilt on every attempt sequence: a
 	// batch kept after a failed flush gets the latest state.
-	r.batch.Comms, r.batch.Unnamed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unnamed[:0], r.batch.Jobs[:0]
-	r.batch.Nodes, r.batch.Telemetry = r.batch.Nodes[:0], r.batch.Telemetry[:0]
-	for _, j := range jobs {
-		var e Expectation
-		inv := r.deps.Inventory
-		if inv != nil {
-			e = inv.Expect(r.asm.Nodes(j), r.cfg.Assembler.Expect)
-			r.asm.SetExpectation(j, &e)
-		}
-		comms, sum, ok := r.asm.Summaries(j)
-		if !ok {
-			continue
-		}
-		if inv != nil {
-			inv.Topology(r.asm.Nodes(j), e, &sum)
-			r.topology[j] = sum.Topology
-		}
-		r.shown[j] = r.asm.Created(j)
-		r.batch.addComms(comms, slices.Contains(evict, j))
-		r.batch.Jobs = append(r.batch.Jobs, sum)
-		if r.deps.Observe {
-			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
-		}
-	}
-	// The jobs pushed out for new ones (assembler.max_jobs): their final
-	// summaries, or the lines since their last summary would never be
-	// summarized while the commit covers them.
-	comms, sums := r.asm.Pushed()
-	r.batch.addComms(comms, true)
-	for i := range sums {
-		// A pushed job's nodes went with its state: its final summary
-		// keeps the topology of its last one.
-		k := JobKey(sums[i].Cluster, sums[i].Namespace, sums[i].Job)
-		sums[i].Topology = r.topology[k]
-		sums[i].Topology.Explain(&sums[i])
-		delete(r.topology, k)
-	}
-	r.batch.Jobs = append(r.batch.Jobs, sums...)
-	if r.deps.Observe {
-		for _, j := range jobs {
-			r.telDirty[j] = true
-		}
-		for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
-			tests, training := r.tel.Report(j)
-			ckpts := r.tel.Checkpoints(j)
-			colls := r.tel.Collectives(j)
-			pool, canary := r.tel.Canary(j)
-			if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || len(colls) > 0 || canary {
-				r.batch.Telemetry = append(r.batch.Telemetry, JobTelemetry{Job: j, Tests: tests, Training: training,
-					Checkpoints: ckpts, Collectives: colls, Pool: r.tel.Pool(j), CanaryPool: pool})
-			}
-		}
-	}
+	r.summarize(jobs, evict)
+	r.observeTelemetry(jobs)
 	r.batch.Evicted = append(r.batch.Evicted[:0], evict...)
 	slices.Sort(r.batch.Evicted)
-	r.batch.Offsets = r.batch.Offsets[:0]
-	for k, ps := range r.parts {
-		if _, ok := r.offsets[k]; !ok && !(release && ps.held) {
-			continue // nothing new to commit
-		}
-		next := ps.next
-		// Not past the first piece of a partial line: a replay from the
-		// commit must see the whole line again.
-		c := next
-		if h, ok := r.pending[k]; ok && h < c {
-			c = h
-		}
-		// Not past the first line of an open training_steps row: a replay
-		// from the commit must fold the same lines into it. A partition
-		// read to its end and quiet commits past its open rows with their
-		// snapshot instead (Seal): whoever reads on from the commit
-		// restores them, so a step's later lines count in the same row
-		// whatever the timing or the member.
-		ps.foldHeld, ps.staged, ps.stored = false, 0, 0
-		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
-			quiet := r.quiet(ps, now)
-			switch {
-			case quiet && c == next:
-				snap, ok, err := r.tel.Seal(k.topic, k.part, next)
-				if err != nil {
-					r.log.Error().Err(err).Msg("fold window not sealed; the commit waits for the window's end")
-					c = min(c, h)
-				} else if ok {
-					r.batch.Sealed = append(r.batch.Sealed, snap)
-				}
-			case h < c:
-				if !quiet {
-					ps.foldHeld, ps.staged = true, c
-				}
-				c = h
-			}
-		}
-		ps.held = c < next
-		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: c})
-	}
+	r.commitOffsets(now, release)
 	if r.deferred {
 		// Stored now, committed with the next batch that carries every
 		// changed job's summary: a replay from an earlier commit brings
@@ -240,5 +151,113 @@ func (r *Runner) evict(j string) {
 	r.foldedJob = ""
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Evictions.Inc()
+	}
+}
+
+// summarize puts the summaries of jobs into the open batch, each job
+// enriched first (the enrich stage: its expectation from the inventory,
+// then its topology), and the final summaries of the jobs the assembler
+// pushed out; with Observe also each job's nodes.
+func (r *Runner) summarize(jobs, evict []string) {
+	r.batch.Comms, r.batch.Unnamed, r.batch.Jobs = r.batch.Comms[:0], r.batch.Unnamed[:0], r.batch.Jobs[:0]
+	r.batch.Nodes, r.batch.Telemetry = r.batch.Nodes[:0], r.batch.Telemetry[:0]
+	for _, j := range jobs {
+		e := r.enrich.Expect(r.asm, j)
+		comms, sum, ok := r.asm.Summaries(j)
+		if !ok {
+			continue
+		}
+		if r.enrich.Place(r.asm, j, e, &sum) {
+			r.topology[j] = sum.Topology
+		}
+		r.shown[j] = r.asm.Created(j)
+		r.batch.addComms(comms, slices.Contains(evict, j))
+		r.batch.Jobs = append(r.batch.Jobs, sum)
+		if r.deps.Observe {
+			r.batch.Nodes = append(r.batch.Nodes, JobNodes{Job: j, Nodes: r.asm.Nodes(j)})
+		}
+	}
+	// The jobs pushed out for new ones (assembler.max_jobs): their final
+	// summaries, or the lines since their last summary would never be
+	// summarized while the commit covers them.
+	comms, sums := r.asm.Pushed()
+	r.batch.addComms(comms, true)
+	for i := range sums {
+		// A pushed job's nodes went with its state: its final summary
+		// keeps the topology of its last one.
+		k := JobKey(sums[i].Cluster, sums[i].Namespace, sums[i].Job)
+		sums[i].Topology = r.topology[k]
+		sums[i].Topology.Explain(&sums[i])
+		delete(r.topology, k)
+	}
+	r.batch.Jobs = append(r.batch.Jobs, sums...)
+}
+
+// observeTelemetry puts, with Observe, the telemetry reports of jobs and
+// of the jobs with telemetry lines since the last flush into the open
+// batch, for the rules.
+func (r *Runner) observeTelemetry(jobs []string) {
+	if !r.deps.Observe {
+		return
+	}
+	for _, j := range jobs {
+		r.telDirty[j] = true
+	}
+	for _, j := range slices.Sorted(maps.Keys(r.telDirty)) {
+		tests, training := r.tel.Report(j)
+		ckpts := r.tel.Checkpoints(j)
+		colls := r.tel.Collectives(j)
+		pool, canary := r.tel.Canary(j)
+		if len(tests) > 0 || len(training) > 0 || len(ckpts) > 0 || len(colls) > 0 || canary {
+			r.batch.Telemetry = append(r.batch.Telemetry, JobTelemetry{Job: j, Tests: tests, Training: training,
+				Checkpoints: ckpts, Collectives: colls, Pool: r.tel.Pool(j), CanaryPool: pool})
+		}
+	}
+}
+
+// commitOffsets sets the offsets the open batch commits once stored: each
+// partition's next offset, held back before a partial line's first piece
+// and an open fold window's first line (unless the window is sealed);
+// with release also the partitions whose commit a window held.
+func (r *Runner) commitOffsets(now time.Time, release bool) {
+	r.batch.Offsets = r.batch.Offsets[:0]
+	for k, ps := range r.parts {
+		if _, ok := r.offsets[k]; !ok && !(release && ps.held) {
+			continue // nothing new to commit
+		}
+		next := ps.next
+		// Not past the first piece of a partial line: a replay from the
+		// commit must see the whole line again.
+		c := next
+		if h, ok := r.pending[k]; ok && h < c {
+			c = h
+		}
+		// Not past the first line of an open training_steps row: a replay
+		// from the commit must fold the same lines into it. A partition
+		// read to its end and quiet commits past its open rows with their
+		// snapshot instead (Seal): whoever reads on from the commit
+		// restores them, so a step's later lines count in the same row
+		// whatever the timing or the member.
+		ps.foldHeld, ps.staged, ps.stored = false, 0, 0
+		if h, ok := r.tel.Hold(k.topic, k.part, next); ok {
+			quiet := r.quiet(ps, now)
+			switch {
+			case quiet && c == next:
+				snap, ok, err := r.tel.Seal(k.topic, k.part, next)
+				if err != nil {
+					r.log.Error().Err(err).Msg("fold window not sealed; the commit waits for the window's end")
+					c = min(c, h)
+				} else if ok {
+					r.batch.Sealed = append(r.batch.Sealed, snap)
+				}
+			case h < c:
+				if !quiet {
+					ps.foldHeld, ps.staged = true, c
+				}
+				c = h
+			}
+		}
+		ps.held = c < next
+		r.batch.Offsets = append(r.batch.Offsets, Offset{Topic: k.topic, Partition: k.part, Next: c})
 	}
 }

@@ -242,7 +242,7 @@ func TestRulesAlertmanagerIntegration(t *testing.T) {
 	for _, j := range []string{"llm-a", "llm-b", "bert"} {
 		e.Forget(pipeline.JobKey(cluster, "ml", j))
 	}
-	if err := st.Tick(ctx); err != nil {
+	if err := st.tick(ctx); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, "Alertmanager to drop the resolved alerts", func() bool {

@@ -136,7 +136,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+			if err := s.tick(ctx); err != nil && ctx.Err() == nil {
 				// The count is in err: s.unstored is read only under s.mu.
 				s.log.Warn().Err(err).Msg("storing alert changes failed; kept for the next batch")
 			}
@@ -144,8 +144,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 }
 
-// Tick is one scheduled evaluation: evaluate, store the changes, notify.
-func (s *Stage) Tick(ctx context.Context) error {
+// tick is one scheduled evaluation: evaluate, store the changes, notify.
+func (s *Stage) tick(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evalLocked()

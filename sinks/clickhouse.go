@@ -154,10 +154,10 @@ type ClickHouseStats struct {
 // Consume is not safe for concurrent use (see pipeline.Consumer); the other
 // methods are.
 type ClickHouse struct {
-	// OnInsert, when set, is called after every insert attempt of one
-	// table with its row count, duration and outcome (nil on success).
-	// Set it before the first Consume.
-	OnInsert func(table string, rows int, d time.Duration, err error)
+	// onInsert, when set, is called after every insert attempt of one
+	// table with its row count, duration and outcome (nil on success);
+	// set at construction (WithMetrics).
+	onInsert func(table string, rows int, d time.Duration, err error)
 
 	cfg      ClickHouseConfig
 	conn     driver.Conn
@@ -168,10 +168,26 @@ type ClickHouse struct {
 	strSizes                strSizes
 }
 
+// ClickHouseOption sets what a ClickHouse sink reports to at construction.
+type ClickHouseOption func(*ClickHouse)
+
+// WithMetrics makes the sink observe each table insert's latency in
+// m.InsertLatency.
+func WithMetrics(m *pipeline.Metrics) ClickHouseOption {
+	return func(c *ClickHouse) {
+		if m == nil {
+			return
+		}
+		c.onInsert = func(table string, _ int, d time.Duration, _ error) {
+			m.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
+		}
+	}
+}
+
 // NewClickHouse validates cfg, connects, and reads the server version,
 // which decides the schema features (see Migrate) and whether inserts carry
 // deduplication tokens. It does not migrate.
-func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, error) {
+func NewClickHouse(ctx context.Context, cfg ClickHouseConfig, opts ...ClickHouseOption) (*ClickHouse, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -201,6 +217,9 @@ func NewClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, erro
 	if err != nil {
 		conn.Close()
 		return nil, err
+	}
+	for _, o := range opts {
+		o(c)
 	}
 	return c, nil
 }

@@ -49,8 +49,8 @@ func (c *ClickHouse) insert(ctx context.Context, t *table, b *pipeline.Batch, n 
 	}
 	start := time.Now()
 	err := c.insertOnce(ctx, t, b)
-	if c.OnInsert != nil {
-		c.OnInsert(t.name, n, time.Since(start), err)
+	if c.onInsert != nil {
+		c.onInsert(t.name, n, time.Since(start), err)
 	}
 	if err == nil {
 		return nil

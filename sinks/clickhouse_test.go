@@ -190,7 +190,7 @@ func TestClickHouseConsume(t *testing.T) {
 	ctx, db := t.Context(), c.cfg.Database
 	var mu sync.Mutex
 	inserts := map[string]int{}
-	c.OnInsert = func(table string, rows int, d time.Duration, err error) {
+	c.onInsert = func(table string, rows int, d time.Duration, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -564,7 +564,7 @@ func TestClickHouseUnreachable(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			c := unreachable(t, version)
 			attempts := 0
-			c.OnInsert = func(table string, rows int, d time.Duration, err error) {
+			c.onInsert = func(table string, rows int, d time.Duration, err error) {
 				attempts++
 				if table != "nccl_events" || rows != 4 || err == nil {
 					t.Errorf("OnInsert(%s, %d, %v, %v); want nccl_events, 4 rows, an error", table, rows, d, err)

@@ -117,17 +117,6 @@ func (l *liveJobs) observe(jobs []pipeline.JobSummary) {
 	}
 }
 
-// chain returns the function the last stage calls with the stored job
-// summaries: it feeds l, then next (may be nil).
-func (l *liveJobs) chain(next func([]pipeline.JobSummary)) func([]pipeline.JobSummary) {
-	return func(jobs []pipeline.JobSummary) {
-		l.observe(jobs)
-		if next != nil {
-			next(jobs)
-		}
-	}
-}
-
 // matches reports whether j satisfies q (as sinks.JobVerdicts filters).
 func matches(q apiQuery, j pipeline.JobSummary) bool {
 	return (q.Cluster == "" || j.Cluster == q.Cluster) && (q.Namespace == "" || j.Namespace == q.Namespace) &&

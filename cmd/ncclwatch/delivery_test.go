@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -339,20 +340,23 @@ func serveUntilError(t *testing.T, cfg serviceConfig, limit time.Duration, durin
 	log := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr := make(chan string, 1)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		t.Fatalf("listen %s: %v", cfg.HTTP.Listen, err)
+	}
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() {
-		done <- serve(ctx, cfg, newLogger(log, "info"), &serveHooks{started: func(s *serviceState) { addr <- s.addr }})
-	}()
+	go func() { done <- serve(ctx, cfg, newLogger(log, "info"), serveOptions{listener: ln}) }()
 	if during != nil {
-		select {
-		case a := <-addr:
-			during(a)
-			start = time.Now()
-		case err := <-done:
+		err, stopped := awaitHealthz(ln.Addr().String(), done, limit)
+		if stopped {
 			return err, time.Since(start), log.String()
 		}
+		if err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		during(ln.Addr().String())
+		start = time.Now()
 	}
 	select {
 	case err := <-done:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ncclwatch/ncclwatch/parsers"
@@ -104,92 +106,27 @@ func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-
-	cfg := defaultServiceConfig()
-	cfg.Kafka.Brokers = fake.Addrs()
-	cfg.Kafka.Topics = []string{demoTopic}
-	cfg.Kafka.GroupID = "ncclwatch-demo"
-	cfg.Kafka.HeartbeatInterval = 500 * time.Millisecond
-	cfg.Kafka.MaxWait = 100 * time.Millisecond
-	cfg.Pipeline.Batch.MaxWait = 200 * time.Millisecond
-	cfg.HTTP.Listen = o.listen
-	cfg.Log.Level = "warn"
-
-	hooks := &serveHooks{}
-	where := ""
-	if len(o.clickhouse) > 0 {
-		cfg.ClickHouse.Addr = o.clickhouse
-		cfg.ClickHouse.Database = o.database
-		cfg.Migrate = true
-		where = fmt.Sprintf("ClickHouse %s, database %s (SELECT * FROM %s.job_verdicts)", strings.Join(o.clickhouse, ","), o.database, o.database)
-	} else {
-		dir := o.out
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "ncclwatch-demo-"); err != nil {
-				return err
-			}
-		}
-		jl, err := sinks.NewJSONLines(dir)
-		if err != nil {
-			return err
-		}
-		defer jl.Close()
-		hooks.sink = jl
-		where = dir + " (JSON lines: job_summaries.jsonl, comm_summaries.jsonl, nccl_events.jsonl)"
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, opts, where, closeSink, err := demoService(fake.Addrs(), o)
+	if err != nil {
 		return err
 	}
-
+	defer closeSink()
 	fmt.Fprintf(stdout, "ncclwatch demo: in-process Kafka on %s, %d real NCCL logs replayed as %d jobs (%d records)\n",
 		strings.Join(fake.Addrs(), ","), len(demoJobs), len(demoJobs), produced)
 	fmt.Fprintf(stdout, "results: %s\n\n", where)
-	// Rows print as jobs settle, so columns have fixed widths.
-	const row = "%-18s %-16s %-21s %-4s %-5s %-5s %s\n"
-	fmt.Fprintf(stdout, row, "JOB", "VERDICT", "NETWORK", "GDR", "NODES", "RANKS", "WHY")
-
-	var mu sync.Mutex
-	printed := map[string]pipeline.Verdict{}
-	latest := map[string]pipeline.JobSummary{}
-	settled := make(chan struct{})
-	var settledOnce sync.Once
-	var state *serviceState
-	hooks.onFlush = func(jobs []pipeline.JobSummary) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, j := range jobs {
-			latest[j.Job] = j
-			if v, ok := printed[j.Job]; ok && v == j.Verdict {
-				continue
-			}
-			printed[j.Job] = j.Verdict
-			network := strOrDash(j.Network)
-			if j.NetworkClass != nil {
-				network += " (" + *j.NetworkClass + ")"
-			}
-			fmt.Fprintf(stdout, row, j.Job, j.Verdict, network, boolOrDash(j.GDR),
-				intOrDash(j.NNodes), intOrDash(j.NRanks), strings.Join(j.Reasons, "; "))
-		}
-		if len(printed) == len(demoJobs) && state != nil && state.runner.Records() >= produced {
-			settledOnce.Do(func() { close(settled) })
-		}
-	}
-	hooks.started = func(s *serviceState) {
-		mu.Lock()
-		state = s
-		mu.Unlock()
-	}
+	table := newDemoTable(stdout, opts.registry, produced)
+	opts.after = table
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
 	log := newLogger(stderr, cfg.Log.Level).Level(zerolog.WarnLevel)
-	go func() { errc <- serve(runCtx, cfg, log, hooks) }()
+	go func() { errc <- serve(runCtx, cfg, log, opts) }()
 
 	deadline := time.NewTimer(o.timeout)
 	defer deadline.Stop()
 	select {
-	case <-settled:
+	case <-table.settled:
 	case err := <-errc:
 		return fmt.Errorf("pipeline stopped before the jobs settled: %v", err)
 	case <-deadline.C:
@@ -200,38 +137,181 @@ func demo(ctx context.Context, stdout, stderr io.Writer, o demoOptions) error {
 		cancel()
 		return <-errc
 	}
-	mu.Lock()
-	fallback := []string{}
-	for job, v := range printed {
-		if v == pipeline.VerdictSocketFallback {
-			fallback = append(fallback, job)
-		}
-	}
-	sums := maps.Clone(latest)
-	mu.Unlock()
-	slices.Sort(fallback)
-	fmt.Fprintf(stdout, "\nall %d jobs settled; silent socket fallback in: %s\n", len(demoJobs), strings.Join(fallback, ", "))
-	if err := printDemoCost(stdout, sums); err != nil {
+	if err := table.report(stdout); err != nil {
 		return err
-	}
-	if err := printDemoBandwidth(stdout, sums); err != nil {
-		return err
-	}
-	if state.rules != nil {
-		// The built-in rule pack evaluated the same summaries.
-		if active := state.rules.Engine().Active(); len(active) > 0 {
-			fmt.Fprintln(stdout, "alerts (built-in rules; sent to Alertmanager when one is configured):")
-			for _, a := range active {
-				fmt.Fprintf(stdout, "  %-8s %-20s %-18s %s\n", a.State, a.Rule, a.Job, a.Annotations["summary"])
-			}
-		}
 	}
 	if o.serve {
-		fmt.Fprintf(stdout, "serving http://%s/metrics — Ctrl-C stops\n", state.addr)
+		fmt.Fprintf(stdout, "serving http://%s/metrics — Ctrl-C stops\n", opts.listener.Addr())
 		<-ctx.Done()
 	}
 	cancel()
 	return <-errc
+}
+
+// demoService is the demo's service configuration: the in-process broker
+// as the source, and ClickHouse when o names one, else JSON lines in a
+// directory (where says which, closeSink closes it). The listener and
+// the registry are the demo's own, so that it knows where the service
+// listens and reads its record count.
+func demoService(brokers []string, o demoOptions) (cfg serviceConfig, opts serveOptions, where string,
+	closeSink func(), err error) {
+	cfg = defaultServiceConfig()
+	cfg.Kafka.Brokers = brokers
+	cfg.Kafka.Topics = []string{demoTopic}
+	cfg.Kafka.GroupID = "ncclwatch-demo"
+	cfg.Kafka.HeartbeatInterval = 500 * time.Millisecond
+	cfg.Kafka.MaxWait = 100 * time.Millisecond
+	cfg.Pipeline.Batch.MaxWait = 200 * time.Millisecond
+	cfg.HTTP.Listen = o.listen
+	cfg.Log.Level = "warn"
+	closeSink = func() {}
+	if len(o.clickhouse) > 0 {
+		cfg.ClickHouse.Addr = o.clickhouse
+		cfg.ClickHouse.Database = o.database
+		cfg.Migrate = true
+		where = fmt.Sprintf("ClickHouse %s, database %s (SELECT * FROM %s.job_verdicts)", strings.Join(o.clickhouse, ","), o.database, o.database)
+	} else {
+		dir := o.out
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "ncclwatch-demo-"); err != nil {
+				return cfg, opts, "", closeSink, err
+			}
+		}
+		jl, err := sinks.NewJSONLines(dir)
+		if err != nil {
+			return cfg, opts, "", closeSink, err
+		}
+		opts.sink, closeSink = jl, func() { jl.Close() }
+		where = dir + " (JSON lines: job_summaries.jsonl, comm_summaries.jsonl, nccl_events.jsonl)"
+	}
+	if err := cfg.validate(); err != nil {
+		closeSink()
+		return cfg, opts, "", func() {}, err
+	}
+	if opts.listener, err = net.Listen("tcp", o.listen); err != nil {
+		closeSink()
+		return cfg, opts, "", func() {}, fmt.Errorf("listen %s: %w", o.listen, err)
+	}
+	opts.registry = prometheus.NewRegistry()
+	return cfg, opts, where, closeSink, nil
+}
+
+// demoRow is the format of the demo's table: rows print as jobs settle,
+// so columns have fixed widths.
+const demoRow = "%-18s %-16s %-21s %-4s %-5s %-5s %s\n"
+
+// demoTable is the demo's terminal sink, the last stage of its chain: it
+// prints each job's verdict when it first appears or changes in a stored
+// batch, keeps the latest summaries and alert states, and closes settled
+// once every job was printed and the service's records counter
+// (ncclwatch_records_total in reg) reached the records produced.
+type demoTable struct {
+	w        io.Writer
+	reg      prometheus.Gatherer
+	produced int64
+	settled  chan struct{}
+
+	mu      sync.Mutex
+	printed map[string]pipeline.Verdict
+	latest  map[string]pipeline.JobSummary
+	alerts  map[string]pipeline.Alert // latest state by rule and subject
+	once    sync.Once
+}
+
+func newDemoTable(w io.Writer, reg prometheus.Gatherer, produced int64) *demoTable {
+	fmt.Fprintf(w, demoRow, "JOB", "VERDICT", "NETWORK", "GDR", "NODES", "RANKS", "WHY")
+	return &demoTable{w: w, reg: reg, produced: produced, settled: make(chan struct{}),
+		printed: map[string]pipeline.Verdict{}, latest: map[string]pipeline.JobSummary{}, alerts: map[string]pipeline.Alert{}}
+}
+
+// Consume prints what b changed.
+func (t *demoTable) Consume(_ context.Context, b *pipeline.Batch) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range b.Alerts {
+		t.alerts[alertKey(&a)] = a
+	}
+	for _, j := range b.Jobs {
+		t.latest[j.Job] = j
+		if v, ok := t.printed[j.Job]; ok && v == j.Verdict {
+			continue
+		}
+		t.printed[j.Job] = j.Verdict
+		network := strOrDash(j.Network)
+		if j.NetworkClass != nil {
+			network += " (" + *j.NetworkClass + ")"
+		}
+		fmt.Fprintf(t.w, demoRow, j.Job, j.Verdict, network, boolOrDash(j.GDR),
+			intOrDash(j.NNodes), intOrDash(j.NRanks), strings.Join(j.Reasons, "; "))
+	}
+	if len(b.Jobs) > 0 && len(t.printed) == len(demoJobs) && gathered(t.reg, "ncclwatch_records_total") >= float64(t.produced) {
+		t.once.Do(func() { close(t.settled) })
+	}
+	return nil
+}
+
+// alertKey is an alert's rule and subject (a pool, or a job).
+func alertKey(a *pipeline.Alert) string {
+	if a.Pool != "" {
+		return a.Rule + "\x00pool/" + a.Pool
+	}
+	return a.Rule + "\x00" + pipeline.JobKey(a.Cluster, a.Namespace, a.Job)
+}
+
+// gathered returns the value of the counter or gauge name in reg, 0 when
+// it has none.
+func gathered(reg prometheus.Gatherer, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+// report prints what the settled jobs say: where the fallback is, what it
+// costs, the live bus bandwidth and the active alerts.
+func (t *demoTable) report(w io.Writer) error {
+	t.mu.Lock()
+	fallback := []string{}
+	for job, v := range t.printed {
+		if v == pipeline.VerdictSocketFallback {
+			fallback = append(fallback, job)
+		}
+	}
+	sums := maps.Clone(t.latest)
+	var active []string
+	for _, k := range slices.Sorted(maps.Keys(t.alerts)) {
+		if a := t.alerts[k]; a.State == pipeline.AlertPending || a.State == pipeline.AlertFiring {
+			active = append(active, fmt.Sprintf("  %-8s %-20s %-18s %s\n", a.State, a.Rule, a.Job, a.Annotations["summary"]))
+		}
+	}
+	t.mu.Unlock()
+	slices.Sort(fallback)
+	fmt.Fprintf(w, "\nall %d jobs settled; silent socket fallback in: %s\n", len(demoJobs), strings.Join(fallback, ", "))
+	if err := printDemoCost(w, sums); err != nil {
+		return err
+	}
+	if err := printDemoBandwidth(w, sums); err != nil {
+		return err
+	}
+	if len(active) > 0 {
+		// The built-in rule pack evaluated the same summaries.
+		fmt.Fprintln(w, "alerts (built-in rules; sent to Alertmanager when one is configured):")
+		for _, a := range active {
+			fmt.Fprint(w, a)
+		}
+	}
+	return nil
 }
 
 // produceDemo replays the bundled logs into the broker and returns the

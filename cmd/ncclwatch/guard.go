@@ -204,47 +204,17 @@ func (g *guard) run(argv []string, stdin io.Reader, environ []string) int {
 		}
 		defer rep.close(g)
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		g.say("%v", err)
-		return exitUsage
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		g.say("%v", err)
-		return exitUsage
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	cmd.Stdin = stdin
-	cmd.Stdout, cmd.Stderr = outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	tty := false
-	if f, ok := stdin.(*os.File); ok && f.Fd() == 0 && isTTY(0) {
-		// A job in a background process group stops on its first read
-		// from the terminal (SIGTTIN): give it the foreground, and take it
-		// back when it ends. Ctrl-C then reaches it from the terminal.
-		tty = true
-		cmd.SysProcAttr.Foreground = true
-		cmd.SysProcAttr.Ctty = 0
-	}
 	// Signals arrive while the job starts; forward them all once it runs.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
-		outW.Close()
-		errW.Close()
-		outR.Close()
-		errR.Close()
-		g.say("start %s: %v", argv[0], err)
-		return 127
+	cmd, outR, errR, tty, code := g.start(argv, stdin, env)
+	if cmd == nil {
+		return code
 	}
 	if tty {
 		defer takeForeground()
 	}
-	outW.Close()
-	errW.Close()
 	pgid := cmd.Process.Pid
 
 	lines := make(chan guardLine, 256)
@@ -263,28 +233,7 @@ func (g *guard) run(argv []string, stdin io.Reader, environ []string) int {
 	go func() { exited <- cmd.Wait() }()
 
 	start := time.Now()
-	var stopped bool
-	var killTimer <-chan time.Time
-	var waitErr error
-loop:
-	for {
-		select {
-		case s := <-sigs:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
-		case d := <-decided:
-			g.block(d, start, pgid)
-			if g.policy.kill && !stopped {
-				stopped = true
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-				killTimer = time.After(g.policy.grace)
-			}
-		case <-killTimer:
-			g.say("job still running %s after SIGTERM; sending SIGKILL to process group %d", g.policy.grace, pgid)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		case waitErr = <-exited:
-			break loop
-		}
-	}
+	stopped, waitErr := g.supervise(pgid, sigs, decided, exited, start)
 	if stopped {
 		// Stragglers of the group (a launcher's workers) go too.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -308,6 +257,71 @@ loop:
 		return exitGuardStopped
 	}
 	return exitStatus(waitErr)
+}
+
+// start starts the job in a process group of its own, its output into two
+// pipes; with the terminal as stdin it gets the foreground (tty). A job
+// that did not start gives a nil cmd and guard's exit code.
+func (g *guard) start(argv []string, stdin io.Reader, env []string) (cmd *exec.Cmd, outR, errR *os.File, tty bool, code int) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		g.say("%v", err)
+		return nil, nil, nil, false, exitUsage
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		g.say("%v", err)
+		return nil, nil, nil, false, exitUsage
+	}
+	cmd = exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdin = stdin
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if f, ok := stdin.(*os.File); ok && f.Fd() == 0 && isTTY(0) {
+		// A job in a background process group stops on its first read
+		// from the terminal (SIGTTIN): give it the foreground, and take it
+		// back when it ends. Ctrl-C then reaches it from the terminal.
+		tty = true
+		cmd.SysProcAttr.Foreground = true
+		cmd.SysProcAttr.Ctty = 0
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		g.say("start %s: %v", argv[0], err)
+		return nil, nil, nil, false, 127
+	}
+	return cmd, outR, errR, tty, 0
+}
+
+// supervise forwards signals to the job's process group, shows the
+// decision when it comes (and with --kill stops the job, SIGKILL after
+// the grace time) until the job exits; stopped says guard stopped it.
+func (g *guard) supervise(pgid int, sigs <-chan os.Signal, decided <-chan guardDecision, exited <-chan error,
+	start time.Time) (stopped bool, waitErr error) {
+	var killTimer <-chan time.Time
+	for {
+		select {
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case d := <-decided:
+			g.block(d, start, pgid)
+			if g.policy.kill && !stopped {
+				stopped = true
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+				killTimer = time.After(g.policy.grace)
+			}
+		case <-killTimer:
+			g.say("job still running %s after SIGTERM; sending SIGKILL to process group %d", g.policy.grace, pgid)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case waitErr = <-exited:
+			return stopped, waitErr
+		}
+	}
 }
 
 // exitStatus mirrors the job's: its code, or 128+N when signal N ended it.

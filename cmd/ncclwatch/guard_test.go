@@ -339,18 +339,20 @@ func TestGuardReportToService(t *testing.T) {
 	}
 	defer jl.Close()
 	got := make(chan pipeline.JobSummary, 64)
-	hooks := &serveHooks{sink: jl, onFlush: func(jobs []pipeline.JobSummary) {
-		for _, j := range jobs {
+	// The summaries the service stored, as the last stage of its chain.
+	opts := serveOptions{sink: jl, after: pipeline.ConsumerFunc(func(_ context.Context, b *pipeline.Batch) error {
+		for _, j := range b.Jobs {
 			select {
 			case got <- j:
 			default:
 			}
 		}
-	}}
+		return nil
+	})}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- serve(ctx, cfg, newLogger(io.Discard, "warn"), hooks) }()
+	go func() { errc <- serve(ctx, cfg, newLogger(io.Discard, "warn"), opts) }()
 	defer func() { cancel(); <-errc }()
 	for {
 		select {

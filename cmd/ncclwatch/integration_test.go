@@ -360,20 +360,50 @@ func startService(t *testing.T, name string, cfg serviceConfig) *itService {
 	s := &itService{name: name, done: make(chan error, 1), log: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	addr := make(chan string, 1)
-	hooks := &serveHooks{started: func(st *serviceState) { addr <- st.addr }}
-	go func() { s.done <- serve(ctx, cfg, newLogger(s.log, "info"), hooks) }()
-	select {
-	case s.addr = <-addr:
-	case err := <-s.done:
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		cancel()
+		t.Fatalf("%s: listen %s: %v", name, cfg.HTTP.Listen, err)
+	}
+	s.addr = ln.Addr().String()
+	go func() { s.done <- serve(ctx, cfg, newLogger(s.log, "info"), serveOptions{listener: ln}) }()
+	if err, stopped := awaitHealthz(s.addr, s.done, itWait); stopped {
 		cancel()
 		t.Fatalf("%s: serve returned before it started: %v\n%s", name, err, s.log)
-	case <-time.After(itWait):
+	} else if err != nil {
 		cancel()
-		t.Fatalf("%s: serve did not start within %s\n%s", name, itWait, s.log)
+		t.Fatalf("%s: %v\n%s", name, err, s.log)
 	}
 	t.Cleanup(func() { s.stop(t) })
 	return s
+}
+
+// awaitHealthz polls http://addr/healthz until it answers 200: serve has
+// connected its sink and serves its endpoints. It reports serve's error
+// and stopped when serve returned first (the error was taken from done),
+// and an error when limit passed first.
+func awaitHealthz(addr string, done <-chan error, limit time.Duration) (err error, stopped bool) {
+	deadline := time.Now().Add(limit)
+	client := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return err, true
+		default:
+		}
+		if resp, err := client.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil, false
+			}
+		}
+		select {
+		case err := <-done:
+			return err, true
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("serve did not answer /healthz within %s", limit), false
 }
 
 // stop cancels the service and waits for serve to return.

@@ -161,7 +161,7 @@ func runService(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, cfg, log, nil); err != nil {
+	if err := serve(ctx, cfg, log, serveOptions{}); err != nil {
 		log.Error().Err(err).Msg("ncclwatch run stopped")
 		return 1
 	}
@@ -238,29 +238,68 @@ func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, erro
 	return 0, false
 }
 
-// serveHooks lets the demo and tests watch the service.
-type serveHooks struct {
-	onFlush func([]pipeline.JobSummary)
-	started func(*serviceState)
-	sink    pipeline.Consumer // overrides ClickHouse (the demo's JSON-lines sink)
+// serveOptions are what a caller of serve chooses beside the
+// configuration: where the HTTP endpoints listen, which sink stores the
+// batches, and a last stage that sees what was stored. The zero value is
+// `ncclwatch run`: cfg's listen address, ClickHouse, nothing after it.
+type serveOptions struct {
+	// listener serves /metrics, the read API and the probes; nil:
+	// cfg.HTTP.Listen.
+	listener net.Listener
+	// sink stores the batches instead of ClickHouse (the demo's JSON-lines
+	// sink); the rebuild after an assignment, the fold restore and the
+	// read API's stored verdicts are then off.
+	sink pipeline.Consumer
+	// after is the last stage of the chain: it gets every batch once the
+	// sink stored it (the demo's terminal table).
+	after pipeline.Consumer
+	// registry gets the service's metrics; nil: a registry of its own.
+	registry *prometheus.Registry
 }
 
-// serviceState is what a running service exposes to hooks.
-type serviceState struct {
-	runner *pipeline.Runner // Records counts the records delivered
-	rules  *rules.Stage     // nil when no rules are loaded
-	source *kafka.Source
-	addr   string
-}
-
-// serve runs the service until ctx is done: Kafka source, runner, HTTP
-// endpoints, inventory reloads and lag gauges, each a goroutine owned here
-// that exits when ctx does.
-func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *serveHooks) error {
-	if hooks == nil {
-		hooks = &serveHooks{}
+// store is the sink of `run` and what else the same storage serves: the
+// stored events of a rebuild, the fold snapshots, the read API's verdicts
+// and the alert states of a previous process. All but sink are nil for a
+// sink that is not ClickHouse.
+type store struct {
+	sink   pipeline.Consumer
+	loader pipeline.EventLoader
+	folds  pipeline.FoldLoader
+	jobs   jobReader
+	alerts interface {
+		LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error)
 	}
-	reg := prometheus.NewRegistry()
+	close func()
+}
+
+// openStore connects to ClickHouse and prepares its schema, unless sink is
+// given.
+func openStore(ctx context.Context, cfg serviceConfig, sink pipeline.Consumer, metrics *pipeline.Metrics,
+	log zerolog.Logger) (store, error) {
+	if sink != nil {
+		return store{sink: sink, close: func() {}}, nil
+	}
+	ch, err := connectClickHouse(ctx, cfg.ClickHouse, metrics, log)
+	if err != nil {
+		return store{}, err
+	}
+	if err := prepareSchema(ctx, ch, cfg.Migrate, log); err != nil {
+		ch.Close()
+		return store{}, err
+	}
+	return store{sink: ch, loader: ch, folds: ch, jobs: ch, alerts: ch, close: func() { ch.Close() }}, nil
+}
+
+// serve runs the service until ctx is done. It builds the chain — Kafka
+// source → run loop (decode, parse, assemble, enrich) → rules → sink →
+// live jobs → opts.after — and runs the source, the loop, the rules'
+// schedule, the HTTP endpoints and the lag gauges and inventory reloads as
+// goroutines of one group that exit when ctx does.
+func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, opts serveOptions) error {
+	reg := opts.registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := pipeline.NewMetrics(reg)
 
@@ -269,29 +308,11 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		return err
 	}
 	defer shutdownTracer()
-
-	var sink pipeline.Consumer = hooks.sink
-	var loader pipeline.EventLoader
-	var folds pipeline.FoldLoader
-	var jobsDB jobReader     // the read API's stored verdicts (api.go)
-	var alertsDB interface { // the alert states a previous process stored
-		LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error)
+	st, err := openStore(ctx, cfg, opts.sink, metrics, log)
+	if err != nil {
+		return err
 	}
-	if sink == nil {
-		ch, err := connectClickHouse(ctx, cfg.ClickHouse, log)
-		if err != nil {
-			return err
-		}
-		defer ch.Close()
-		if err := prepareSchema(ctx, ch, cfg.Migrate, log); err != nil {
-			return err
-		}
-		ch.OnInsert = func(table string, rows int, d time.Duration, err error) {
-			metrics.InsertLatency.WithLabelValues(table).Observe(d.Seconds())
-		}
-		sink, loader, folds, jobsDB, alertsDB = ch, ch, ch, ch, ch
-	}
-
+	defer st.close()
 	var inv *pipeline.Inventory
 	if cfg.Inventory != "" {
 		if inv, err = pipeline.LoadInventory(cfg.Inventory); err != nil {
@@ -299,43 +320,131 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		}
 		log.Info().Int("nodes", inv.Len()).Str("file", cfg.Inventory).Msg("inventory loaded")
 	}
-
-	// The rules tap goes in front of the sink: alert changes are stored in
-	// the batch whose summaries caused them, then notified.
-	var stage *rules.Stage
-	if len(cfg.Rules.Files) > 0 {
-		var fleet rules.Fleet
-		if inv != nil {
-			fleet = inv
-		}
-		stage, err = rules.Setup(cfg.Rules, sink, rules.SetupDeps{Fleet: fleet, Metrics: rules.NewMetrics(reg),
-			Logger: log.With().Str("component", "rules").Logger()})
-		if err != nil {
-			return fmt.Errorf("rules: %w", err)
-		}
-		sink = stage
-		if alertsDB != nil {
-			// Alerts that still hold after a restart keep their times.
-			stored, err := alertsDB.LoadAlerts(ctx, cfg.Rules.Engine.MaxSubjects)
-			if err != nil {
-				return fmt.Errorf("rules: restoring the stored alert states: %w", err)
-			}
-			log.Info().Int("alerts", stage.Engine().Restore(stored)).Int("stored", len(stored)).
-				Msg("pending and firing alert states restored from storage")
-		}
-		log.Info().Strs("files", cfg.Rules.Files).Int("rules", len(stage.Engine().Rules())).
-			Int("alertmanagers", len(cfg.Rules.Alertmanagers)).Int("webhooks", len(cfg.Rules.Webhooks)).Msg("alert rules loaded")
+	live := newLiveJobs(liveJobsMax)
+	api, err := newJobsAPI(live, st.jobs, cfg.HTTP.APITokenFile)
+	if err != nil {
+		return err
 	}
-
+	// The live jobs of the read API (and opts.after) see what the sink
+	// accepted; the rules stage goes in front of the sink, so that alert
+	// changes are stored in the batch whose summaries caused them.
+	sink := storedChain(st.sink, live, opts.after)
+	stage, err := setupRules(ctx, cfg, sink, inv, st.alerts, reg, log)
+	if err != nil {
+		return err
+	}
+	if stage != nil {
+		sink = stage
+	}
 	src, err := kafka.NewSource(cfg.Kafka)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	runner := pipeline.NewRunner(cfg.Pipeline, runnerDeps(cfg, pipeline.RunnerDeps{Observe: stage != nil,
+		Sink: sink, Committer: src, Loader: st.loader, Folds: st.folds, Inventory: inv, Metrics: metrics,
+		Logger: log, Tracer: tracer}))
 
+	ln := opts.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
+			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+		}
+	}
+	srv := &http.Server{Handler: serviceMux(reg, api, runner), ReadHeaderTimeout: 5 * time.Second}
+	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
+		Str("http", ln.Addr().String()).Int("parse_workers", cfg.Pipeline.ParseWorkers).Msg("ncclwatch run starting")
+
+	// One group over every long-lived part: the first to fail cancels the
+	// others, and serve returns that error once all have exited.
+	g, gctx := errgroup.WithContext(ctx)
+	// The source's queue into the run loop: bounded, so that a loop
+	// blocked on the sink stops the fetching (back-pressure). Records come
+	// in runs of up to a few hundred, and the source queues
+	// kafka.queue_capacity records itself: two inputs keep the loop fed
+	// without holding much more, and a revocation waits behind little.
+	in := make(chan pipeline.Input, 2)
+	g.Go(func() error { return emit(gctx, src, in, runner, metrics, log) })
+	g.Go(func() error { return runner.Run(gctx, in) })
+	if stage != nil {
+		g.Go(func() error { return stage.Run(gctx) })
+	}
+	g.Go(func() error { return gauge(gctx, src, in, inv, metrics, log) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.Wait()
+}
+
+// storedChain is the end of the chain: sink, then the live jobs of the
+// read API, then after (may be nil) with every batch the sink stored.
+func storedChain(sink pipeline.Consumer, live *liveJobs, after pipeline.Consumer) pipeline.Consumer {
+	return pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
+		if err := sink.Consume(ctx, b); err != nil {
+			return err
+		}
+		if len(b.Jobs) > 0 {
+			live.observe(slices.Clone(b.Jobs))
+		}
+		if after != nil {
+			return after.Consume(ctx, b)
+		}
+		return nil
+	})
+}
+
+// setupRules builds the rules stage in front of next, or nil when no
+// rules are configured; alerts (may be nil) holds the alert states a
+// previous process stored.
+func setupRules(ctx context.Context, cfg serviceConfig, next pipeline.Consumer, inv *pipeline.Inventory,
+	alerts interface {
+		LoadAlerts(ctx context.Context, limit int) ([]pipeline.StoredAlert, error)
+	},
+	reg *prometheus.Registry, log zerolog.Logger) (*rules.Stage, error) {
+	if len(cfg.Rules.Files) == 0 {
+		return nil, nil
+	}
+	var fleet rules.Fleet
+	if inv != nil {
+		fleet = inv
+	}
+	stage, err := rules.Setup(cfg.Rules, next, rules.SetupDeps{Fleet: fleet, Metrics: rules.NewMetrics(reg),
+		Logger: log.With().Str("component", "rules").Logger()})
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if alerts != nil {
+		// Alerts that still hold after a restart keep their times.
+		stored, err := alerts.LoadAlerts(ctx, cfg.Rules.Engine.MaxSubjects)
+		if err != nil {
+			return nil, fmt.Errorf("rules: restoring the stored alert states: %w", err)
+		}
+		log.Info().Int("alerts", stage.Engine().Restore(stored)).Int("stored", len(stored)).
+			Msg("pending and firing alert states restored from storage")
+	}
+	log.Info().Strs("files", cfg.Rules.Files).Int("rules", len(stage.Engine().Rules())).
+		Int("alertmanagers", len(cfg.Rules.Alertmanagers)).Int("webhooks", len(cfg.Rules.Webhooks)).Msg("alert rules loaded")
+	return stage, nil
+}
+
+// runnerDeps completes deps with the decode and parse stages cfg asks
+// for: the envelope decoder, the one line parser and the record
+// prefilter.
+func runnerDeps(cfg serviceConfig, deps pipeline.RunnerDeps) pipeline.RunnerDeps {
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = cfg.Decoder.MaxLineBytes
-	dcfg.InvalidUTF8 = metrics.InvalidUTF8
+	if deps.Metrics != nil {
+		dcfg.InvalidUTF8 = deps.Metrics.InvalidUTF8
+	}
 	// Telemetry (training step times, nccl-tests results) is on unless
 	// the config turns it off: it widens the prefilter to progress lines.
 	// One line parser does both, in one call per line: it strips a line
@@ -346,39 +455,15 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		}
 		return parsers.NewLines(parsers.NewTelemetry(cfg.Telemetry))
 	}
-	live := newLiveJobs(liveJobsMax)
-	api, err := newJobsAPI(live, jobsDB, cfg.HTTP.APITokenFile)
-	if err != nil {
-		return err
-	}
-	// The live jobs of the read API (and the demo's printer) are the last
-	// stage of the chain: they see what the sink accepted.
-	chain, onStored := sink, live.chain(hooks.onFlush)
-	sink = pipeline.ConsumerFunc(func(ctx context.Context, b *pipeline.Batch) error {
-		if err := chain.Consume(ctx, b); err != nil {
-			return err
-		}
-		if len(b.Jobs) > 0 {
-			onStored(slices.Clone(b.Jobs))
-		}
-		return nil
-	})
-	newDecoder := func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
-	deps := pipeline.RunnerDeps{NewAssembler: assemble.Factory,
-		NewDecoder: newDecoder, Classifier: newLines(), NewClassifier: newLines,
-		Candidate: recordPrefilter(cfg.Decoder.NoTelemetry),
-		Observe:   stage != nil,
-		Sink:      sink, Committer: src, Loader: loader, Folds: folds, Inventory: inv, Metrics: metrics,
-		Logger: log, Tracer: tracer,
-	}
-	runner := pipeline.NewRunner(cfg.Pipeline, deps)
-	state := &serviceState{runner: runner, rules: stage, source: src}
+	deps.NewAssembler = assemble.Factory
+	deps.NewDecoder = func() pipeline.Decoder { return parsers.NewDecoder(dcfg) }
+	deps.Classifier, deps.NewClassifier = newLines(), newLines
+	deps.Candidate = recordPrefilter(cfg.Decoder.NoTelemetry)
+	return deps
+}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	state.addr = ln.Addr().String()
+// serviceMux serves /metrics, the read API, /healthz and /readyz.
+func serviceMux(reg *prometheus.Registry, api *jobsAPI, runner *pipeline.Runner) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	api.mount(mux)
@@ -398,80 +483,56 @@ func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, hooks *se
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	if hooks.started != nil {
-		hooks.started(state)
-	}
-	log.Info().Strs("brokers", cfg.Kafka.Brokers).Strs("topics", cfg.Kafka.Topics).Str("group", cfg.Kafka.GroupID).
-		Str("http", state.addr).Int("parse_workers", cfg.Pipeline.ParseWorkers).Msg("ncclwatch run starting")
+	return mux
+}
 
-	// One group over every long-lived part: the first to fail cancels the
-	// others, and serve returns that error once all have exited.
-	g, gctx := errgroup.WithContext(ctx)
-	// The source's queue into the run loop: bounded, so that a loop
-	// blocked on the sink stops the fetching (back-pressure). Records come
-	// in runs of up to a few hundred, and the source queues
-	// kafka.queue_capacity records itself: two inputs keep the loop fed
-	// without holding much more, and a revocation waits behind little.
-	in := make(chan pipeline.Input, 2)
-	g.Go(func() error {
-		retrying := func(err error) {
-			log.Warn().Err(err).Msg("kafka: retrying")
-			metrics.SourceRetries.WithLabelValues(kafka.RetryReason(err)).Inc()
-		}
-		err := src.Emit(gctx, in, runner.Stopped(), retrying)
-		if errors.Is(err, kafka.ErrLoopStopped) {
-			return nil // the loop's own error is the one to report
-		}
-		if err != nil {
-			return fmt.Errorf("kafka: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error { return runner.Run(gctx, in) })
-	if stage != nil {
-		g.Go(func() error { return stage.Run(gctx) })
+// emit runs the Kafka source into in until ctx is done or the run loop
+// stopped.
+func emit(ctx context.Context, src *kafka.Source, in chan<- pipeline.Input, runner *pipeline.Runner,
+	metrics *pipeline.Metrics, log zerolog.Logger) error {
+	retrying := func(err error) {
+		log.Warn().Err(err).Msg("kafka: retrying")
+		metrics.SourceRetries.WithLabelValues(kafka.RetryReason(err)).Inc()
 	}
-	g.Go(func() error {
-		tick := time.NewTicker(5 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-tick.C:
-				// Reset first: partitions revoked since the last tick must
-				// not keep their old lag.
-				metrics.ConsumerLag.Reset()
-				for tp, lag := range src.Lag() {
-					metrics.ConsumerLag.WithLabelValues(tp.Topic, fmt.Sprint(tp.Partition)).Set(float64(lag))
-				}
-				n, c := src.QueueLen()
-				metrics.SourceQueue.Set(float64(n + len(in)))
-				metrics.SourceQueueCap.Set(float64(c + cap(in)))
-				if inv != nil {
-					if changed, err := inv.Reload(); err != nil {
-						log.Warn().Err(err).Msg("inventory reload failed; keeping the previous one")
-					} else if changed {
-						log.Info().Int("nodes", inv.Len()).Msg("inventory reloaded")
-					}
-				}
+	err := src.Emit(ctx, in, runner.Stopped(), retrying)
+	if errors.Is(err, kafka.ErrLoopStopped) {
+		return nil // the loop's own error is the one to report
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// gauge sets the lag and queue gauges and reloads the inventory every few
+// seconds until ctx is done.
+func gauge(ctx context.Context, src *kafka.Source, in chan pipeline.Input, inv *pipeline.Inventory,
+	metrics *pipeline.Metrics, log zerolog.Logger) error {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		// Reset first: partitions revoked since the last tick must not
+		// keep their old lag.
+		metrics.ConsumerLag.Reset()
+		for tp, lag := range src.Lag() {
+			metrics.ConsumerLag.WithLabelValues(tp.Topic, fmt.Sprint(tp.Partition)).Set(float64(lag))
+		}
+		n, c := src.QueueLen()
+		metrics.SourceQueue.Set(float64(n + len(in)))
+		metrics.SourceQueueCap.Set(float64(c + cap(in)))
+		if inv != nil {
+			if changed, err := inv.Reload(); err != nil {
+				log.Warn().Err(err).Msg("inventory reload failed; keeping the previous one")
+			} else if changed {
+				log.Info().Int("nodes", inv.Len()).Msg("inventory reloaded")
 			}
 		}
-	})
-	g.Go(func() error {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("http: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	})
-	return g.Wait()
+	}
 }
 
 // prepareSchema applies the migrations (on) or checks that the schema is
@@ -494,11 +555,12 @@ func prepareSchema(ctx context.Context, ch *sinks.ClickHouse, migrate bool, log 
 
 // connectClickHouse retries the first connection for a while: in a fresh
 // deployment ClickHouse may come up after ncclwatch.
-func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, log zerolog.Logger) (*sinks.ClickHouse, error) {
+func connectClickHouse(ctx context.Context, cfg sinks.ClickHouseConfig, metrics *pipeline.Metrics,
+	log zerolog.Logger) (*sinks.ClickHouse, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	backoff := pipeline.Backoff{Min: 500 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		ch, err := sinks.NewClickHouse(ctx, cfg)
+		ch, err := sinks.NewClickHouse(ctx, cfg, sinks.WithMetrics(metrics))
 		if err == nil {
 			log.Info().Str("server", ch.Version()).Strs("addr", cfg.Addr).Msg("clickhouse connected")
 			return ch, nil

@@ -258,6 +258,95 @@ func (s *scanner) readDir(dir string) error {
 }
 
 func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, code, ok := parseScanFlags(args, stderr)
+	if !ok {
+		return code
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var ruleSet *rules.RuleSet
+	if o.rules != "" {
+		var err error
+		if ruleSet, err = loadScanRules(o.rules); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan: --rules:", err)
+			return exitUsage
+		}
+	}
+	// The chain of scan: file source → decode + parse → assemble (read),
+	// then enrich, rules and the table or JSON sink over its one job.
+	s := newScanner(o.expect, o.maxLine)
+	if o.telemetry {
+		s.enableTelemetry()
+	}
+	if !o.quiet && isTerminal(os.Stderr) {
+		s.prog = &progress{w: stderr, start: time.Now()}
+	}
+	if err := s.readAll(o.files, stdin); err != nil {
+		fmt.Fprintln(stderr, "ncclwatch scan:", err)
+		return exitUsage
+	}
+	en := pipeline.Enricher{Default: o.expect}
+	if o.inventory != "" {
+		var err error
+		if en.Inventory, err = pipeline.LoadInventory(o.inventory); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+	}
+	asm := s.proc.Assembler()
+	e := en.Expect(asm, scanJob)
+	res := s.result()
+	en.Place(asm, scanJob, e, &res.Summary)
+	if ruleSet != nil {
+		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
+		if err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan: rules:", err)
+		}
+		res.Alerts = alerts
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res.honest()); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
+	} else {
+		printTable(stdout, res)
+		if ruleSet != nil {
+			printAlerts(stdout, res.Alerts)
+		}
+	}
+	if res.Summary.Verdict.Finding() || len(res.Alerts) > 0 {
+		return exitFinding
+	}
+	return exitOK
+}
+
+// scanOptions are scan's flags, checked.
+type scanOptions struct {
+	json, quiet, telemetry bool
+	expect                 pipeline.Expectation
+	maxLine                int
+	inventory, rules       string
+	cpuprofile             string
+	files                  []string // "-" is stdin
+}
+
+// parseScanFlags parses and checks scan's flags; ok false means stop with
+// code.
+func parseScanFlags(args []string, stderr io.Writer) (o scanOptions, code int, ok bool) {
 	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document (communicators, summary, input)")
@@ -275,48 +364,26 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		printFlags(stderr, fs, nil)
 	}
 	if code, ok := parseArgs(fs, args); !ok {
-		return code
+		return o, code, false
 	}
-	expect := pipeline.Expectation{Network: *expectNet, HCAs: *hcas}
+	o = scanOptions{json: *asJSON, quiet: *quiet, maxLine: *maxLine, inventory: *inventory, rules: *rulesSpec,
+		cpuprofile: *cpuprofile, files: fs.Args(), expect: pipeline.Expectation{Network: *expectNet, HCAs: *hcas}}
 	if *noGDR {
 		f := false
-		expect.GDR = &f
+		o.expect.GDR = &f
 	}
 	acfg := pipeline.DefaultAssemblerConfig()
-	acfg.Expect = expect
+	acfg.Expect = o.expect
 	if err := acfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "ncclwatch scan:", strings.Replace(err.Error(), "assembler.expect.network", "--expect", 1))
-		return exitUsage
+		return o, exitUsage, false
 	}
 	if *maxLine <= 0 {
 		fmt.Fprintln(stderr, "ncclwatch scan: --max-line-bytes: must be > 0")
-		return exitUsage
+		return o, exitUsage, false
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
-		}
-		defer pprof.StopCPUProfile()
-	}
-	var ruleSet *rules.RuleSet
-	if *rulesSpec != "" {
-		var err error
-		if ruleSet, err = loadScanRules(*rulesSpec); err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan: --rules:", err)
-			return exitUsage
-		}
-	}
-	s := newScanner(expect, *maxLine)
-	files := fs.Args()
-	if len(files) == 0 {
-		files = []string{"-"}
+	if len(o.files) == 0 {
+		o.files = []string{"-"}
 	}
 	switch *telemetry {
 	case "on", "auto":
@@ -324,34 +391,34 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// enough on large inputs that a size cutoff is not worth its
 		// surprise (docs/performance.md, "scan"). off keeps the
 		// NCCL-only path, several times faster on trainer output.
-		s.enableTelemetry()
+		o.telemetry = true
 	case "off":
 	default:
 		fmt.Fprintln(stderr, "ncclwatch scan: --telemetry: want on, off or auto")
-		return exitUsage
+		return o, exitUsage, false
 	}
-	if !*quiet && isTerminal(os.Stderr) {
-		s.prog = &progress{w: stderr, start: time.Now()}
-	}
+	return o, 0, true
+}
+
+// readAll reads every file in files, in order: "-" is stdin, a directory
+// its files.
+func (s *scanner) readAll(files []string, stdin io.Reader) error {
 	for _, name := range files {
 		if name == "-" {
 			if err := s.read("stdin", stdin, 0); err != nil {
-				fmt.Fprintln(stderr, "ncclwatch scan:", err)
-				return exitUsage
+				return err
 			}
 			continue
 		}
 		if st, err := os.Stat(name); err == nil && st.IsDir() {
 			if err := s.readDir(name); err != nil {
-				fmt.Fprintln(stderr, "ncclwatch scan:", err)
-				return exitUsage
+				return err
 			}
 			continue
 		}
 		f, err := os.Open(name)
 		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
+			return err
 		}
 		var size int64
 		if st, err := f.Stat(); err == nil {
@@ -360,48 +427,10 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = s.read(name, f, size)
 		f.Close()
 		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
+			return err
 		}
 	}
-	var inv *pipeline.Inventory
-	if *inventory != "" {
-		var err error
-		if inv, err = pipeline.LoadInventory(*inventory); err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
-		}
-		asm := s.proc.Assembler()
-		e := inv.Expect(asm.Nodes(scanJob), expect)
-		asm.SetExpectation(scanJob, &e)
-		expect = e
-	}
-	res := s.result()
-	inv.Topology(s.proc.Assembler().Nodes(scanJob), expect, &res.Summary)
-	if ruleSet != nil {
-		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
-		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan: rules:", err)
-		}
-		res.Alerts = alerts
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res.honest()); err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
-		}
-	} else {
-		printTable(stdout, res)
-		if ruleSet != nil {
-			printAlerts(stdout, res.Alerts)
-		}
-	}
-	if res.Summary.Verdict.Finding() || len(res.Alerts) > 0 {
-		return exitFinding
-	}
-	return exitOK
+	return nil
 }
 
 // printTable writes the human-readable report.
