@@ -1,8 +1,6 @@
 package assemble
 
-import (
-	"fmt"
-)
+import "fmt"
 
 // decideGDR is rule 4. gdr is true when any NET connection used GDR
 // (/GDRDMA, a COLLNET path with /GDRDMA, or NCCL's own "GDR 1"); false when
