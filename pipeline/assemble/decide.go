@@ -9,11 +9,12 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// This file is the decision table of pipeline/CLASSIFICATION.md: every
-// summary field is decided here, in the order and from the evidence kinds
-// that document names, and each decision records the evidence it used.
-// Facts (network, gdr, multi_node, nnodes, nranks, intra) come only from
-// the log; the fleet policy (Expectation) enters only fallback and verdict.
+// summarize is the decision table of pipeline/CLASSIFICATION.md: it decides
+// every summary field in the order and from the evidence kinds that document
+// names (the rules are in network.go, gdr.go, multinode.go and verdict.go),
+// and each decision records the evidence it used. Facts (network, gdr,
+// multi_node, nnodes, nranks, intra) come only from the log; the fleet
+// policy (Expectation) enters only fallback and verdict.
 
 // Summaries returns the communicator summaries and the job summary of job,
 // as of the events fed so far. ok is false when the job is not held.
@@ -54,9 +55,9 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 	return comms, rollUp(j, whole, comms, expect), true
 }
 
-// summarize decides one summary. jobMulti is the whole job's multi_node
-// (nil for the whole job itself): a part of a single-node job is on one
-// node too.
+// summarize decides one summary, in the order of CLASSIFICATION.md.
+// jobMulti is the whole job's multi_node (nil for the whole job itself): a
+// part of a single-node job is on one node too.
 func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation, jobMulti *bool) pipeline.CommSummary {
 	s := pipeline.CommSummary{Job: j.displayName(), Cluster: j.meta.Cluster, CommID: id, Expect: expect, Env: map[string]string{},
 		NCCLVersions: []string{}, HCAs: []pipeline.HCA{}, Hosts: []string{}, Intra: []string{},
@@ -68,7 +69,37 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	v := view{procs: procs}
 	v.nodeOf, v.nodes, v.k8s = nodesOf(procs, j.extraIPs)
 	s.Processes = len(procs)
+	s.NCCLVersions = append(s.NCCLVersions, versionsOf(j, procs, id == "")...)
+	f := gatherFacts(&s, procs)
 
+	// 1. network, 2. network_class.
+	s.Network = decideNetwork(&d, procs)
+	// 3. fabric.
+	s.Fabric = decideFabric(&d, f.fabric)
+	// 4. gdr, gdr_send, gdr_recv, gdr_partial.
+	s.GDR, s.GDRSend, s.GDRRecv, s.GDRPartial = decideGDR(&d, f.gdr)
+	// 5. nranks (printed), 6. multi_node, 7. nnodes.
+	multi, why := decideNodes(&d, &s, j, &v, comms, id == "", f.intra, jobMulti)
+	// 8. intra.
+	decideIntra(&d, &s, f.intra)
+
+	s.NetworkClass = classOf(&d, s.Network, multi)
+	// 9. verdict (policy).
+	s.Verdict = verdict(&d, &s, expect, why)
+	s.Reasons = append(s.Reasons, d.reasons...)
+	s.Evidence = d.evidence
+	s.FirstSeen, s.LastSeen = j.first, j.last
+	s.Version = uint64(j.lines)
+	if j.meta.Namespace != "" {
+		s.Namespace = j.meta.Namespace
+	}
+	return s
+}
+
+// versionsOf returns the NCCL versions procs printed, sorted. The
+// unattributed set and the whole job (unattributed) also own the
+// un-prefixed banners no process printed.
+func versionsOf(j *jobState, procs []*proc, unattributed bool) []string {
 	var versions []string
 	for _, p := range procs {
 		for _, ver := range p.versions {
@@ -77,9 +108,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 			}
 		}
 	}
-	if id == "" {
-		// The unattributed set and the whole job also own the un-prefixed
-		// banners no process printed.
+	if unattributed {
 		for _, ver := range j.versions {
 			if !slices.Contains(versions, ver) {
 				versions = append(versions, ver)
@@ -87,12 +116,23 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		}
 	}
 	sortVersions(versions)
-	s.NCCLVersions = append(s.NCCLVersions, versions...)
+	return versions
+}
 
-	var intra uint16
-	var g gdrFacts
+// facts is what the rules read of a set of processes beyond the summary
+// fields gatherFacts fills.
+type facts struct {
+	intra  uint16 // intra-node transports, bit 1<<Transport
+	gdr    gdrFacts
+	fabric map[string]bool // HCA link layers
+}
+
+// gatherFacts folds the processes' own facts into s (hosts, HCAs,
+// warnings, environment, channels, RDMA failures, ranks seen) and returns
+// those the decision rules read.
+func gatherFacts(s *pipeline.CommSummary, procs []*proc) facts {
+	f := facts{fabric: map[string]bool{}}
 	hostSet := map[string]bool{}
-	fabric := map[string]bool{}
 	hcaSeen := map[string]bool{}
 	torn := tornHosts(procs)
 	for _, p := range procs {
@@ -101,8 +141,8 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		} else {
 			hostSet[p.host] = true
 		}
-		intra |= p.intra
-		g.add(p.gdr)
+		f.intra |= p.intra
+		f.gdr.add(p.gdr)
 		s.NVLS = s.NVLS || p.nvls
 		s.CollNet = s.CollNet || p.collnet
 		s.Rings = s.Rings || p.rings
@@ -118,7 +158,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 			s.Env[k] = val
 		}
 		for _, h := range p.hcas {
-			fabric[h.LinkLayer] = true
+			f.fabric[h.LinkLayer] = true
 			k := h.Device + ":" + fmt.Sprint(h.Port)
 			if !hcaSeen[k] {
 				hcaSeen[k] = true
@@ -134,9 +174,9 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		if p.channels > 0 && (s.Channels == nil || p.channels > *s.Channels) {
 			s.Channels = ptr(p.channels)
 		}
-		for _, f := range rdmaFailures(p) {
-			if !slices.Contains(s.RDMAFailure, f) {
-				s.RDMAFailure = append(s.RDMAFailure, f)
+		for _, fail := range rdmaFailures(p) {
+			if !slices.Contains(s.RDMAFailure, fail) {
+				s.RDMAFailure = append(s.RDMAFailure, fail)
 			}
 		}
 		s.RanksSeen += len(p.ranks)
@@ -145,15 +185,13 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		s.Hosts = append(s.Hosts, h)
 	}
 	sort.Strings(s.Hosts)
+	return f
+}
 
-	// 1. network, 2. network_class.
-	s.Network = decideNetwork(&d, procs)
-	// 3. fabric.
-	s.Fabric = decideFabric(&d, fabric)
-	// 4. gdr, gdr_send, gdr_recv, gdr_partial.
-	s.GDR, s.GDRSend, s.GDRRecv, s.GDRPartial = decideGDR(&d, g)
-
-	// 5. nranks (printed), 6. multi_node, 7. nnodes.
+// decideNodes is rules 5-7: nranks as printed (or as the nccl-tests table
+// of an unattributed set lists them), multi_node, and nnodes. It returns
+// multi_node and why, for the class and the verdict.
+func decideNodes(d *decision, s *pipeline.CommSummary, j *jobState, v *view, comms []*comm, unattributed bool, intra uint16, jobMulti *bool) (*bool, string) {
 	maxNR, printedNodes := -1, -1
 	var largest *comm
 	for _, c := range comms {
@@ -172,7 +210,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		d.use("nranks", KindPrintedNRanks, fmt.Sprintf("nranks %d", maxNR))
 	}
 	var test *testList
-	if id == "" {
+	if unattributed {
 		test = &j.test
 		if n := test.complete(); s.NRanks == nil && n > 0 {
 			// The nccl-tests table lists every rank of the test.
@@ -181,7 +219,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 			d.use("nranks", KindTestDevices, fmt.Sprintf("%d ranks listed", n))
 		}
 	}
-	multi, why, kind := multiNode(&v, comms, maxNR, printedNodes, intra, test)
+	multi, why, kind := multiNode(v, comms, maxNR, printedNodes, intra, test)
 	if multi == nil && jobMulti != nil && !*jobMulti {
 		multi, why, kind = ptr(false), "the whole job is on one node", KindJobSingleNode
 	}
@@ -204,13 +242,17 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 		s.NNodes = ptr(n)
 		d.use("nnodes", KindTestDevices, fmt.Sprintf("%d hosts in the nccl-tests device table", n))
 	case multi != nil && *multi:
-		if n, k := inferNodes(&v, j.ringMembers, maxNR); n > 1 {
+		if n, k := inferNodes(v, j.ringMembers, maxNR); n > 1 {
 			s.NNodes = ptr(n)
 			d.use("nnodes", k, fmt.Sprintf("%d nodes", n))
 		}
 	}
+	return multi, why
+}
 
-	// 8. intra.
+// decideIntra is rule 8: the intra-node transports seen, with NVLS and
+// CollNet, sorted.
+func decideIntra(d *decision, s *pipeline.CommSummary, intra uint16) {
 	for t := pipeline.TransportP2PIPC; t <= pipeline.TransportSHM; t++ {
 		if intra&(1<<t) != 0 {
 			s.Intra = append(s.Intra, t.String())
@@ -226,18 +268,6 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	if len(s.Intra) > 0 {
 		d.use("intra", KindTransports, strings.Join(s.Intra, ", "))
 	}
-
-	s.NetworkClass = classOf(&d, s.Network, multi)
-	// 9. verdict (policy).
-	s.Verdict = verdict(&d, &s, expect, why)
-	s.Reasons = append(s.Reasons, d.reasons...)
-	s.Evidence = d.evidence
-	s.FirstSeen, s.LastSeen = j.first, j.last
-	s.Version = uint64(j.lines)
-	if j.meta.Namespace != "" {
-		s.Namespace = j.meta.Namespace
-	}
-	return s
 }
 
 // view is the facts of a set of processes, shared by communicator and job
