@@ -29,20 +29,58 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		}
 	}
 	if ev.Kind == pipeline.EventTestRank {
-		if ev.Rank >= 0 && ev.Rank < maxMembers {
-			if j.test.hosts == nil {
-				j.test.hosts = make(map[int]string)
-			}
-			j.test.hosts[ev.Rank] = string(ev.Host)
-		}
-		// The nccl-tests device table is printed by one process about all
-		// ranks: its launcher prefix says nothing about the rank listed.
-		if ev.FromDev >= 0 && ev.FromDev < 64 {
-			p.devs |= 1 << ev.FromDev
-		}
-		p.hostRank(ev.Rank, ev.FromDev)
+		testRank(j, p, ev)
 		return
 	}
+	p.linePrefix(ev)
+	switch ev.Kind {
+	case pipeline.EventVersion:
+		v := string(ev.Name)
+		j.addVersion(v)
+		if !slices.Contains(p.versions, v) {
+			p.versions = append(p.versions, v)
+		}
+	case pipeline.EventNetwork, pipeline.EventIBDevices, pipeline.EventIBNoDevice, pipeline.EventIBSideband,
+		pipeline.EventSocketDevices, pipeline.EventNoVerbs, pipeline.EventPluginLoaded, pipeline.EventPluginFailed,
+		pipeline.EventBootstrap:
+		a.netSelection(p, ev)
+	case pipeline.EventConnection:
+		a.connection(p, ev)
+	case pipeline.EventComm, pipeline.EventCommNodes, pipeline.EventInitTimings:
+		a.commLine(j, p, ev)
+	case pipeline.EventEnv:
+		if p.env == nil {
+			p.env = make(map[string]string)
+		}
+		if len(p.env) < maxSmall {
+			p.env[string(ev.Name)] = string(ev.Value)
+		}
+	case pipeline.EventRingOrder, pipeline.EventTrees, pipeline.EventConnected, pipeline.EventNVLS,
+		pipeline.EventCollNet, pipeline.EventGDR, pipeline.EventNetTrace, pipeline.EventChannelCounts:
+		topology(j, p, ev)
+	}
+}
+
+// testRank folds a row of the nccl-tests device table. The table is
+// printed by one process about all ranks: its launcher prefix says
+// nothing about the rank listed.
+func testRank(j *jobState, p *proc, ev *pipeline.Event) {
+	if ev.Rank >= 0 && ev.Rank < maxMembers {
+		if j.test.hosts == nil {
+			j.test.hosts = make(map[int]string)
+		}
+		j.test.hosts[ev.Rank] = string(ev.Host)
+	}
+	if ev.FromDev >= 0 && ev.FromDev < 64 {
+		p.devs |= 1 << ev.FromDev
+	}
+	p.hostRank(ev.Rank, ev.FromDev)
+}
+
+// linePrefix folds what the line's header and launcher prefix say about
+// the process: its device, the rank the launcher gave it, and the
+// launcher's host label.
+func (p *proc) linePrefix(ev *pipeline.Event) {
 	if ev.Dev >= 0 && ev.Dev < 64 {
 		p.devs |= 1 << ev.Dev
 	}
@@ -55,45 +93,16 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 			p.launcherIP = p.launcherHost
 		}
 	}
+}
+
+// netSelection folds the events that show which network a process
+// initialized, selected or cancelled, and the interfaces it bound.
+func (a *Assembler) netSelection(p *proc, ev *pipeline.Event) {
 	switch ev.Kind {
-	case pipeline.EventVersion:
-		v := string(ev.Name)
-		j.addVersion(v)
-		if !slices.Contains(p.versions, v) {
-			p.versions = append(p.versions, v)
-		}
 	case pipeline.EventNetwork:
 		p.usingNet = pipeline.NormalizeNetwork(string(ev.Name))
 	case pipeline.EventIBDevices:
-		hcas := a.parsedHCAs(ev.Value)
-		if len(hcas) == 0 {
-			// "NET/IB : Using [RO]; OOB eth0…": IB found no device
-			// (NCCL then prints Failed to initialize NET plugin IB).
-			p.ibEmpty = true
-			p.dropCand("IB")
-			if hpcxPlugin(p.loadedPlugin) {
-				p.dropCand(p.loadedPlugin)
-				p.loadedPlugin = ""
-			}
-		} else {
-			p.ibDevices = true
-			for _, h := range hcas {
-				if len(p.hcas) < 64 && !slices.Contains(p.hcas, h) {
-					p.hcas = append(p.hcas, h)
-				}
-			}
-			// An IB list printed after the HPC-X plugin loaded is that
-			// plugin's (it prints NET/IB lines of its own).
-			if hpcxPlugin(p.loadedPlugin) {
-				p.addCand(p.loadedPlugin, KindPluginDeviceList)
-			} else {
-				p.addCand("IB", KindDeviceList)
-			}
-		}
-		p.addIface(ev.Iface, ev.IP)
-		if p.oobIface == "" && len(ev.Iface) > 0 {
-			p.oobIface = string(ev.Iface)
-		}
+		a.ibDeviceList(p, ev)
 	case pipeline.EventIBNoDevice:
 		p.ibNoDevice = true
 		p.dropCand("IB")
@@ -116,26 +125,7 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 	case pipeline.EventNoVerbs:
 		p.noVerbs = true
 	case pipeline.EventPluginLoaded:
-		if len(ev.Name) == 0 {
-			if ev.Flags&pipeline.FlagAssigned != 0 && p.loadedPlugin != "" {
-				// "Using non-device net plugin": the net selected is the
-				// plugin that loaded and was not cancelled.
-				p.addCand(p.loadedPlugin, KindPluginSelected)
-			}
-			break
-		}
-		name := pipeline.NormalizeNetwork(string(ev.Name))
-		switch {
-		case ev.Flags&pipeline.FlagAssigned != 0:
-			p.assigned = name
-		case ev.Flags&pipeline.FlagInitOK != 0:
-			p.addCand(name, KindPluginInitialized)
-		default:
-			p.loadedPlugin = name
-		}
-		if name != "IB" && name != "Socket" {
-			p.plugin = name
-		}
+		p.pluginLoaded(ev)
 	case pipeline.EventPluginFailed:
 		p.pluginFailed = true
 		if len(ev.Name) > 0 {
@@ -150,8 +140,72 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		}
 	case pipeline.EventBootstrap:
 		p.addIface(ev.Iface, ev.IP)
-	case pipeline.EventConnection:
-		a.connection(p, ev)
+	}
+}
+
+// ibDeviceList folds a "NET/IB : Using" device list: its HCAs make IB (or
+// the HPC-X plugin that printed it) a candidate; an empty one cancels it.
+func (a *Assembler) ibDeviceList(p *proc, ev *pipeline.Event) {
+	hcas := a.parsedHCAs(ev.Value)
+	if len(hcas) == 0 {
+		// "NET/IB : Using [RO]; OOB eth0…": IB found no device
+		// (NCCL then prints Failed to initialize NET plugin IB).
+		p.ibEmpty = true
+		p.dropCand("IB")
+		if hpcxPlugin(p.loadedPlugin) {
+			p.dropCand(p.loadedPlugin)
+			p.loadedPlugin = ""
+		}
+	} else {
+		p.ibDevices = true
+		for _, h := range hcas {
+			if len(p.hcas) < 64 && !slices.Contains(p.hcas, h) {
+				p.hcas = append(p.hcas, h)
+			}
+		}
+		// An IB list printed after the HPC-X plugin loaded is that
+		// plugin's (it prints NET/IB lines of its own).
+		if hpcxPlugin(p.loadedPlugin) {
+			p.addCand(p.loadedPlugin, KindPluginDeviceList)
+		} else {
+			p.addCand("IB", KindDeviceList)
+		}
+	}
+	p.addIface(ev.Iface, ev.IP)
+	if p.oobIface == "" && len(ev.Iface) > 0 {
+		p.oobIface = string(ev.Iface)
+	}
+}
+
+// pluginLoaded folds a net plugin that loaded, initialized or was
+// assigned to a communicator.
+func (p *proc) pluginLoaded(ev *pipeline.Event) {
+	if len(ev.Name) == 0 {
+		if ev.Flags&pipeline.FlagAssigned != 0 && p.loadedPlugin != "" {
+			// "Using non-device net plugin": the net selected is the
+			// plugin that loaded and was not cancelled.
+			p.addCand(p.loadedPlugin, KindPluginSelected)
+		}
+		return
+	}
+	name := pipeline.NormalizeNetwork(string(ev.Name))
+	switch {
+	case ev.Flags&pipeline.FlagAssigned != 0:
+		p.assigned = name
+	case ev.Flags&pipeline.FlagInitOK != 0:
+		p.addCand(name, KindPluginInitialized)
+	default:
+		p.loadedPlugin = name
+	}
+	if name != "IB" && name != "Socket" {
+		p.plugin = name
+	}
+}
+
+// topology folds the events about rings, trees, NVLS, CollNet, GDR and
+// channel counts.
+func topology(j *jobState, p *proc, ev *pipeline.Event) {
+	switch ev.Kind {
 	case pipeline.EventRingOrder:
 		p.hostRank(0, -1)
 		if ev.Channels > p.channels {
@@ -179,15 +233,6 @@ func (a *Assembler) apply(j *jobState, p *proc, ev *pipeline.Event) {
 		}
 		if ev.Flags&pipeline.FlagNoGDR != 0 {
 			p.gdr.flag0++
-		}
-	case pipeline.EventComm, pipeline.EventCommNodes, pipeline.EventInitTimings:
-		a.commLine(j, p, ev)
-	case pipeline.EventEnv:
-		if p.env == nil {
-			p.env = make(map[string]string)
-		}
-		if len(p.env) < maxSmall {
-			p.env[string(ev.Name)] = string(ev.Value)
 		}
 	case pipeline.EventNVLS:
 		if ev.Flags&pipeline.FlagNVLSTree != 0 {
