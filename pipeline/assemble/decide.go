@@ -9,13 +9,6 @@ import (
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
-// summarize is the decision table of pipeline/CLASSIFICATION.md: it decides
-// every summary field in the order and from the evidence kinds that document
-// names (the rules are in network.go, gdr.go, multinode.go and verdict.go),
-// and each decision records the evidence it used. Facts (network, gdr,
-// multi_node, nnodes, nranks, intra) come only from the log; the fleet
-// policy (Expectation) enters only fallback and verdict.
-
 // Summaries returns the communicator summaries and the job summary of job,
 // as of the events fed so far. ok is false when the job is not held.
 func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pipeline.JobSummary, ok bool) {
@@ -55,9 +48,14 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 	return comms, rollUp(j, whole, comms, expect), true
 }
 
-// summarize decides one summary, in the order of CLASSIFICATION.md.
-// jobMulti is the whole job's multi_node (nil for the whole job itself): a
-// part of a single-node job is on one node too.
+// summarize decides one summary. It is the decision table of
+// pipeline/CLASSIFICATION.md: it decides every field in the order and from
+// the evidence kinds that document names (the rules are in network.go,
+// gdr.go, multinode.go and verdict.go), and each decision records the
+// evidence it used. Facts (network, gdr, multi_node, nnodes, nranks, intra)
+// come only from the log; the fleet policy (expect) enters only fallback
+// and verdict. jobMulti is the whole job's multi_node (nil for the whole
+// job itself): a part of a single-node job is on one node too.
 func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation, jobMulti *bool) pipeline.CommSummary {
 	s := pipeline.CommSummary{Job: j.displayName(), Cluster: j.meta.Cluster, CommID: id, Expect: expect, Env: map[string]string{},
 		NCCLVersions: []string{}, HCAs: []pipeline.HCA{}, Hosts: []string{}, Intra: []string{},
