@@ -353,3 +353,11 @@ func (a *Assembler) proc(j *jobState, ev *pipeline.Event, t time.Time) *proc {
 	}
 	return p
 }
+
+// displayName is the job's own name (from metadata) or its key.
+func (j *jobState) displayName() string {
+	if j.meta.Job != "" {
+		return j.meta.Job
+	}
+	return j.name
+}

@@ -276,3 +276,21 @@ type view struct {
 	nodes  int
 	k8s    bool // node identity came from Kubernetes metadata
 }
+
+// sortVersions orders NCCL versions numerically ("2.4.7" < "2.10.3").
+func sortVersions(vs []string) {
+	sort.Slice(vs, func(a, b int) bool { return versionLess(vs[a], vs[b]) })
+}
+
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		x, y := atoiOr(as[i], 0), atoiOr(bs[i], 0)
+		if x != y {
+			return x < y
+		}
+	}
+	return len(as) < len(bs)
+}
+
+func ptr[T any](v T) *T { return &v }
