@@ -141,8 +141,20 @@ type CommSummary struct {
 	Version uint64 `json:"version"`
 }
 
-// JobSummary rolls up a job's communicators. Its JSON form is the
-// `summary` object of `ncclwatch scan --json`, a documented contract.
+// JobSummary rolls up a job's communicators. It is the one job summary
+// type: the other forms are derived from it where they are used, each for
+// a documented contract of its own, and none is converted back.
+//   - Its JSON form is the `summary` object of `ncclwatch scan --json`
+//     (docs/scan.md; scan writes an unknown first or last seen as null)
+//     and a job_summaries row of the JSONL sink.
+//   - The job_summaries table's columns (sinks/clickhouse_tables.go);
+//     sinks.ClickHouse.JobVerdicts reads the job_verdicts view back into
+//     a JobSummary.
+//   - The read API's job, a subset (cmd/ncclwatch/api.go,
+//     docs/read-api.md).
+//   - The rule language's `job` (rules.JobView, rules/README.md), which
+//     adds facts summed over the communicators; a test there keeps it
+//     covering every field.
 type JobSummary struct {
 	Job          string     `json:"job,omitempty"`
 	Namespace    string     `json:"namespace,omitempty"`

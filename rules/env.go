@@ -277,7 +277,17 @@ func known(args ...any) (any, error) {
 	return true, nil
 }
 
-func jobView(s *pipeline.JobSummary, comms []pipeline.CommSummary) JobView {
+// jobView derives JobView, the job as expressions and templates see it,
+// from the subject's summary and communicators: the one place the job's
+// fields are mapped. A job known only from its pods' activity (no summary
+// yet) has its name and every fact empty.
+func (sub *subject) jobView() JobView {
+	s, comms := sub.sum, sub.comms
+	if s == nil {
+		return JobView{Name: sub.job, Namespace: sub.namespace, Cluster: sub.cluster,
+			NCCLVersions: []string{}, Networks: []string{}, Intra: []string{}, Reasons: []string{},
+			Topology: topologyView(nil)}
+	}
 	v := JobView{Name: s.Job, Namespace: s.Namespace, Cluster: s.Cluster, Seen: true,
 		NCCLVersion: s.NCCLVersion, VersionSkew: s.VersionSkew, Network: s.Network, NetworkClass: s.NetworkClass,
 		Fabric: s.Fabric, GDR: s.GDR, MultiNode: s.MultiNode, NNodes: s.NNodes, NRanks: s.NRanks,

@@ -181,9 +181,8 @@ func (e *Engine) drop(key string) {
 // rebuild recomputes a changed job's expression environment.
 func (e *Engine) rebuild(s *subject, now time.Time) {
 	s.touched = now
-	env := JobEnv{Zones: []string{}, Racks: []string{}, Comms: []CommView{}, Nodes: []NodeView{}}
+	env := JobEnv{Job: s.jobView(), Zones: []string{}, Racks: []string{}, Comms: []CommView{}, Nodes: []NodeView{}}
 	if s.sum != nil {
-		env.Job = jobView(s.sum, s.comms)
 		env.Comms = make([]CommView, len(s.comms))
 		for i := range s.comms {
 			env.Comms[i] = commView(&s.comms[i])
@@ -194,9 +193,6 @@ func (e *Engine) rebuild(s *subject, now time.Time) {
 		}
 		env.Expect = expectView(expect)
 	} else {
-		env.Job = JobView{Name: s.job, Namespace: s.namespace, Cluster: s.cluster,
-			NCCLVersions: []string{}, Networks: []string{}, Intra: []string{}, Reasons: []string{},
-			Topology: topologyView(nil)}
 		env.Expect = expectView(pipeline.Expectation{})
 	}
 	for _, n := range s.nodes {

@@ -2,7 +2,6 @@ package assemble
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -421,14 +420,6 @@ func ringNodes(ring []int, rankNode map[int]string) int {
 	return len(set)
 }
 
-// displayName is the job's own name (from metadata) or its key.
-func (j *jobState) displayName() string {
-	if j.meta.Job != "" {
-		return j.meta.Job
-	}
-	return j.name
-}
-
 // lineDevs returns the devices this process printed in its line prefixes.
 func (p *proc) lineDevs() map[int]bool {
 	out := map[int]bool{}
@@ -439,21 +430,3 @@ func (p *proc) lineDevs() map[int]bool {
 	}
 	return out
 }
-
-// sortVersions orders NCCL versions numerically ("2.4.7" < "2.10.3").
-func sortVersions(vs []string) {
-	sort.Slice(vs, func(a, b int) bool { return versionLess(vs[a], vs[b]) })
-}
-
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) && i < len(bs); i++ {
-		x, y := atoiOr(as[i], 0), atoiOr(bs[i], 0)
-		if x != y {
-			return x < y
-		}
-	}
-	return len(as) < len(bs)
-}
-
-func ptr[T any](v T) *T { return &v }
