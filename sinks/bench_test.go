@@ -3,11 +3,17 @@ package sinks
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"math"
 	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/ch-go/compress"
+	chproto "github.com/ClickHouse/ch-go/proto"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -86,4 +92,125 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// stepSeriesRows are the eleven per-series strings of 100 000
+// training_steps rows shaped like the cluster stream: 24 jobs running at
+// once, 8 pods each, the rows of one series sharing their strings as the
+// pipeline's rows do.
+func stepSeriesRows() [][]string {
+	const n = 100000
+	rows := make([][]string, n)
+	series := map[int][]string{}
+	for i := range rows {
+		j, p := i%24, (i/24)%8
+		k := j*8 + p
+		if r, ok := series[k]; ok {
+			rows[i] = r
+			continue
+		}
+		job := fmt.Sprintf("cl-job-%04d", j)
+		r := []string{job, "ml-team", "prod-east", fmt.Sprintf("%s-worker-%d", job, p), fmt.Sprintf("gpu-node-%03d", k),
+			"h100-pool", "llama-70b", "megatron", "step", "IB", "rdma"}
+		series[k], rows[i] = r, r
+	}
+	return rows
+}
+
+// benchStepStrings encodes and compresses the per-series strings of
+// stepSeriesRows as the driver sends them in an insert, one column of
+// type typ per string: the client's share of what a stored step's
+// constant strings cost. cpu-ns/row is this process's CPU.
+func benchStepStrings(b *testing.B, typ string) {
+	rows := stepSeriesRows()
+	vals := make([]string, len(rows))
+	w := compress.NewWriter(compress.LevelZero, compress.LZ4)
+	var size int
+	cpu0 := processCPU()
+	for b.Loop() {
+		var buf chproto.Buffer
+		for c := range rows[0] {
+			col, err := column.Type(typ).Column("c", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := range rows {
+				vals[j] = rows[j][c]
+			}
+			if _, err := col.Append(vals); err != nil {
+				b.Fatal(err)
+			}
+			if s, ok := col.(column.CustomSerialization); ok {
+				if err := s.WriteStatePrefix(&buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			col.Encode(&buf)
+		}
+		size = len(buf.Buf)
+		for off := 0; off < len(buf.Buf); off += 1 << 20 {
+			if err := w.Compress(buf.Buf[off:min(off+1<<20, len(buf.Buf))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(size)/float64(len(rows)), "B/row")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*len(rows)), "cpu-ns/row")
+}
+
+// BenchmarkStepStrings compares the ways of sending a stored step's
+// per-series strings (docs/performance.md, "The cost of a stored step"):
+// String columns (18.16), LowCardinality(String) columns through the
+// driver's generic path (newer servers), and one UInt64 series key
+// hashed from the strings per row (a dimension table).
+func BenchmarkStepStrings(b *testing.B) {
+	b.Run("String", func(b *testing.B) { benchStepStrings(b, "String") })
+	b.Run("LowCardinality", func(b *testing.B) { benchStepStrings(b, "LowCardinality(String)") })
+	// The key hashed from the strings for every row (an upper bound),
+	// and carried by the row from where its series was made.
+	b.Run("SeriesKeyHashed", func(b *testing.B) { benchSeriesKey(b, true) })
+	b.Run("SeriesKey", func(b *testing.B) { benchSeriesKey(b, false) })
+}
+
+func benchSeriesKey(b *testing.B, hashEach bool) {
+	rows := stepSeriesRows()
+	keys := make([]uint64, len(rows))
+	h := fnv.New64a()
+	hash := func(r []string) uint64 {
+		h.Reset()
+		for _, v := range r {
+			io.WriteString(h, v)
+			h.Write([]byte{0})
+		}
+		return h.Sum64()
+	}
+	made := make([]uint64, len(rows))
+	for j, r := range rows {
+		made[j] = hash(r)
+	}
+	w := compress.NewWriter(compress.LevelZero, compress.LZ4)
+	cpu0 := processCPU()
+	for b.Loop() {
+		col, err := column.Type("UInt64").Column("series", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j, r := range rows {
+			if hashEach {
+				keys[j] = hash(r)
+			} else {
+				keys[j] = made[j]
+			}
+		}
+		if _, err := col.Append(keys); err != nil {
+			b.Fatal(err)
+		}
+		var buf chproto.Buffer
+		col.Encode(&buf)
+		if err := w.Compress(buf.Buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(8, "B/row")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*len(rows)), "cpu-ns/row")
 }
