@@ -56,12 +56,15 @@ type Options struct {
 	RandomSteps bool
 	// Concurrent is the number of jobs the cluster shape runs at once; it
 	// has as many jobs in all as fit its records, not Jobs.
-	Concurrent  int
-	LatRate     float64 // records/s offered while latency is measured; 0 skips it
-	LatDuration time.Duration
-	ProduceOnly bool
-	Keep        bool
-	CPUProfile  string // CPU profile of ncclwatch's consume phase
+	Concurrent int
+	// InspectorRate is the NCCL Inspector records per second of stream
+	// time of the cluster-inspector shape.
+	InspectorRate float64
+	LatRate       float64 // records/s offered while latency is measured; 0 skips it
+	LatDuration   time.Duration
+	ProduceOnly   bool
+	Keep          bool
+	CPUProfile    string // CPU profile of ncclwatch's consume phase
 	// ServerPID, when set, is the pid of the ClickHouse server (on this
 	// host): its CPU during the peer's and ncclwatch's consume phases is
 	// reported.
@@ -75,7 +78,7 @@ type Options struct {
 // DefaultOptions is the benchmark: 1 M records over 64 jobs on 8
 // partitions, 5 % NCCL lines; 20 k records/s for 10 s of latency samples.
 func DefaultOptions() Options {
-	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent,
+	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent, InspectorRate: DefaultInspectorRate,
 		LatRate: 20000, LatDuration: 10 * time.Second, Timeout: 15 * time.Minute,
 		NCCLWatch: "ncclwatch", KafkaTool: []string{"deploy/local/kafka.sh", "tool"}}
 }
@@ -104,8 +107,8 @@ func (o *Options) Validate() error {
 		bad = append(bad, "--shape: want one of "+strings.Join(ShapeNames(), ", "))
 	}
 	o.RandomSteps = o.Shape == ShapeRandomSteps
-	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 {
-		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate and --latency-duration >= 0")
+	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 || o.InspectorRate < 0 {
+		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate, --latency-duration and --inspector-rate >= 0")
 	}
 	if o.Peer && len(o.KafkaTool) == 0 {
 		bad = append(bad, "--kafka-tool: required with --peer")
@@ -276,6 +279,9 @@ func (r *Report) Print(w io.Writer) {
 		steps = "random steps"
 	case ShapeCluster:
 		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank", o.Concurrent)
+	case ShapeClusterInspector:
+		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank, NCCL Inspector records at %.0f/s of stream time",
+			o.Concurrent, o.inspectorRate())
 	}
 	fmt.Fprintf(w, "ncclwatch load: shape %s: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
 		o.Shape, o.Records, r.jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
