@@ -13,12 +13,15 @@ import (
 // the sample in testdata/telemetry (115–144, SOURCES.md) that shows it.
 
 // progressMarkers gate the generic reader: it runs only on a line holding
-// one of them, a lineSet marker found in the pass that finds the named
-// readers' markers, so a line without one costs one more mask test. Each
-// holds a finder token (TelemetryTokens), so a line the reader reads is one
-// the finder hands on (FuzzFinderCovers). They are chosen so that the
-// named trainers' lines, most of a job's output, hold few of their anchor
-// pairs:
+// one of them. They are searched (genericSet) only on the lines every named
+// reader declined, after the pass that finds the named readers' markers
+// (lineSet): as markers of that pass they cost every line of a job their
+// anchor hits, named trainers' lines included (Lightning bars hold
+// "loss=", DeepSpeed lines "/sec"), where the second pass costs only the
+// declined lines, mostly noise. Each holds a finder token
+// (TelemetryTokens), so a line the reader reads is one the finder hands on
+// (FuzzFinderCovers). They are chosen so that the named trainers' lines,
+// most of a job's output, hold few of their anchor pairs:
 //
 // "loss" alone is not one: it is in every Hugging Face dict ("'loss'"),
 // and would add an anchor hit to each; "loss:", "loss=", "_loss",
@@ -30,7 +33,7 @@ var progressMarkers = [...][]byte{
 	[]byte("tok/s"), []byte("-second"), []byte("0ms"), []byte("1ms"), []byte("2ms"), []byte("3ms"), []byte("4ms"),
 	[]byte("5ms"), []byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"),
 	[]byte("_time"), []byte("(ms)"), []byte("_per_s"), []byte("tflops"), []byte("mfu"), []byte("TFLOP/s"),
-	[]byte("/second"),
+	[]byte("/second"), []byte("[step="),
 }
 
 // maxProgressWords bounds the fields looked at in one line: progress lines
@@ -81,9 +84,73 @@ func parseGenericProgress(b []byte, tl *pipeline.TelemetryLine) bool {
 		i = p.field(b, words, i)
 	}
 	if !p.hasStep || (p.figures == 0 && !p.evidence) {
-		return false
+		if p.figures > 0 || p.evidence {
+			tl.Reset()
+			return blockFigure(b, tl)
+		}
+		if n, ok := blockHeader(b); ok {
+			tl.Kind, tl.Framework, tl.Step = pipeline.TelemetryStep, pipeline.FrameworkProgress, n
+			return true
+		}
+		return blockFigure(b, tl)
 	}
 	tl.Kind, tl.Framework, tl.Step = pipeline.TelemetryStep, pipeline.FrameworkProgress, p.step
+	return true
+}
+
+// blockHeader reads the header of a step block (OLMo: "[step=2/739328]",
+// "[step=1/739328,epoch=0]" as the line's last field, the step's figures
+// on the lines after it): the step, from the fraction's numerator.
+func blockHeader(b []byte) (int64, bool) {
+	if b[len(b)-1] != ']' {
+		return -1, false
+	}
+	k := bytes.LastIndexByte(b, '[')
+	if k < 0 || !bytes.HasPrefix(b[k:], []byte("[step=")) {
+		return -1, false
+	}
+	in := b[k+len("[step=") : len(b)-1]
+	if c := bytes.IndexByte(in, ','); c >= 0 {
+		in = in[:c] // ",epoch=0", ",eta=…"
+	}
+	num, den := cutFraction(in)
+	if den == nil || !isDigits(den) {
+		return -1, false
+	}
+	return progressStep(num)
+}
+
+// blockFigure reads a figure line of a step block (OLMo:
+// "train/CrossEntropyLoss=11.31", "throughput/device/tokens_per_second=7,456"):
+// the whole line one "path=number" whose path holds a '/', no blank before
+// its first '/', and whose last part is a figure key. It amends the
+// series' latest step.
+func blockFigure(b []byte, tl *pipeline.TelemetryLine) bool {
+	i := bytes.IndexByte(b, '=')
+	if i <= 0 || !isLetter(b[0]) {
+		return false
+	}
+	key, val := b[:i], b[i+1:]
+	j := bytes.LastIndexByte(key, '/')
+	if j < 0 || bytes.IndexAny(key[:bytes.IndexByte(key, '/')], " \t") >= 0 {
+		return false
+	}
+	if num, unit := splitUnit(val); len(unit) > 0 || len(num) == 0 {
+		return false
+	}
+	var kb [48]byte
+	k, unit := normKey(kb[:0], key[j+1:])
+	f := progressKey(k)
+	switch f {
+	case keyNone, keyStep, keyEpoch:
+		return false
+	}
+	p := progressLine{step: -1, tl: tl}
+	p.set(f, val, unit)
+	if p.figures == 0 {
+		return false
+	}
+	tl.Kind, tl.Framework = pipeline.TelemetryAmend, pipeline.FrameworkProgress
 	return true
 }
 
@@ -451,7 +518,7 @@ func progressKey(k []byte) progressField {
 	case "samples_s", "samples_sec", "samples_per_s", "samples_per_sec", "samples_per_second", "samples_second",
 		"examples_sec", "examples_s":
 		return keySamples
-	case "it_s", "it_sec", "iter_s", "iters_s", "steps_s", "steps_sec":
+	case "it_s", "it_sec", "iter_s", "iters_s", "steps_s", "steps_sec", "batches_per_second", "batches_per_sec":
 		return keyItPerS
 	case "tflops", "tflop_s", "tflops_per_gpu", "tflops_gpu", "tflop_s_gpu":
 		return keyTFLOPs
@@ -711,9 +778,12 @@ func evaluationLine(b []byte) bool {
 	return false
 }
 
-// markGeneric is the lineSet bit of progressMarkers[0]; genericMarks has
-// the bits of them all.
-const (
-	markGeneric  = markProgress + len(progressParsers)
-	genericMarks = (1<<len(progressMarkers) - 1) << markGeneric
-)
+// genericSet finds progressMarkers in a line (tokenSet.contains: the
+// first hit ends the search).
+var genericSet = func() *tokenSet {
+	specs := make([]tokenSpec, len(progressMarkers))
+	for i, t := range progressMarkers {
+		specs[i] = tokenSpec{tok: t}
+	}
+	return newTokenSet(specs...)
+}()

@@ -100,8 +100,27 @@ var progressCases = []struct {
 	{"117 evaluation subset", `| epoch 010 | valid on 'valid' subset  1000 / 1311 loss=1.60`, nil},
 	{"133 test line", `loss_test:  tensor(0.2120, device='cuda:0', grad_fn=<RsubBackward1>)`, nil},
 	{"133 total time has no step", `Epoch: [2] Total time: 0:00:26 (0.1271 s / it)`, nil},
-	{"140 block header has no figure", `2024-08-06 10:00:05.520 intern-studio-160750:0  olmo.train:908  INFO    [step=2/739328,epoch=0]`, nil},
-	{"140 indented figure has no step", `    throughput/device/tokens_per_second=26,668`, nil},
+	{"140 block header", `2024-08-06 10:00:05.520 intern-studio-160750:0  olmo.train:908  INFO    [step=2/739328,epoch=0]`,
+		func(l *pipeline.TelemetryLine) { step(l, pipeline.FrameworkProgress, 2) }},
+	{"145 block header behind a rich prefix", `[2024-04-18 14:24:46] INFO     [olmo.train:729, rank=0] [step=2/739328]`,
+		func(l *pipeline.TelemetryLine) { step(l, pipeline.FrameworkProgress, 2) }},
+	{"block header with eta", "2025-01-01 00:00:00.000\tnode:0\tolmo_core.train:100\tINFO\t[step=15000/30000, eta=1 hour, 2 minutes]",
+		func(l *pipeline.TelemetryLine) { step(l, pipeline.FrameworkProgress, 15000) }},
+	{"block header not last", `[step=2/739328] starting`, nil},
+	{"block header without a fraction", `INFO [step=2]`, nil},
+	{"block header of an eval loop", `INFO [eval_step=3/16]`, nil},
+	{"140 block tokens/s", `    throughput/device/tokens_per_second=26,668`,
+		func(l *pipeline.TelemetryLine) { amend(l, pipeline.FrameworkProgress); l.TokensPerS = 26668 }},
+	{"145 block batches/s is it/s", `    throughput/device/batches_per_second=0.0284`,
+		func(l *pipeline.TelemetryLine) { amend(l, pipeline.FrameworkProgress); l.ItPerS = 0.0284 }},
+	{"145 block loss", `    train/CrossEntropyLoss=10.88`,
+		func(l *pipeline.TelemetryLine) { amend(l, pipeline.FrameworkProgress); l.Loss = 10.88 }},
+	{"block perplexity is no figure", `    train/Perplexity=53,153`, nil},
+	{"block memory is no figure", `    System/Peak GPU Memory (MB)=57,144`, nil},
+	{"block eval loss", `    eval/c4_en-validation/CrossEntropyLoss=3.14`, nil},
+	{"block loss nan", `    train/CrossEntropyLoss=nan`, nil},
+	{"block figure with more text", `    throughput/device/tokens_per_second=26,668 at step 2`, nil},
+	{"block path without a slash", `    tokens_per_second=26,668`, nil},
 	{"122 rate key is no step", `INFO:tensorflow:global_step/sec: 0.0339311`, nil},
 	{"step at a checkpoint", `saving checkpoint at step 1000, loss 2.3, time 1.2s`, nil},
 	{"train_time is a running total", `step:1400/1555 train_time:79183ms`, nil},
@@ -153,7 +172,10 @@ func FuzzGenericProgress(f *testing.F) {
 		if bytes.Contains(b, []byte("NCCL")) || evaluationLine(b) {
 			t.Fatalf("read %q: an NCCL or evaluation line", b)
 		}
-		if tl.Kind != pipeline.TelemetryStep || tl.Step < 0 {
+		// Step lines have a step; amend lines (block figures) none, and
+		// they are one "path=number".
+		if step := tl.Kind == pipeline.TelemetryStep; step != (tl.Step >= 0) ||
+			!step && (tl.Kind != pipeline.TelemetryAmend || !bytes.Contains(b, []byte("/")) || !bytes.Contains(b, []byte("="))) {
 			t.Fatalf("read %q as %s step %d", b, tl.Kind, tl.Step)
 		}
 		for _, v := range []float64{tl.StepTime, tl.TokensPerS, tl.SamplesPerS, tl.ItPerS, tl.TFLOPs, tl.MFU} {
@@ -181,4 +203,9 @@ func BenchmarkGenericProgress(b *testing.B) {
 			}
 		})
 	}
+}
+
+// amend sets the fields of an amend line.
+func amend(l *pipeline.TelemetryLine, fw string) {
+	l.Kind, l.Framework = pipeline.TelemetryAmend, fw
 }

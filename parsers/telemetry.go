@@ -351,13 +351,16 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64
 			tl.Reset()
 		}
 	}
-	return m&genericMarks != 0 && parseGenericProgress(b, tl)
+	// The generic reader last, and its markers searched only here: on
+	// the lines every named reader declined (genericSet).
+	return genericSet.contains(b) && parseGenericProgress(b, tl)
 }
 
-// lineSet finds the markers of a telemetry line's parsers in one pass:
-// bit markCheckpointLower… of its mask for the checkpoint markers, bit
-// markNCCLInfo for tokNCCLInfo and bit markProgress+i for
-// progressParsers[i].marker.
+// lineSet finds the markers of a telemetry line's named parsers in one
+// pass: bit markCheckpointLower… of its mask for the checkpoint markers,
+// bit markNCCLInfo for tokNCCLInfo and bit markProgress+i for
+// progressParsers[i].marker. The generic reader's markers are not among
+// them (genericSet).
 var lineSet = newTokenSet2(lineSpecs()...)
 
 const (
@@ -373,9 +376,6 @@ func lineSpecs() []tokenSpec {
 	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokRestoringParameters}, {tok: tokNCCLInfo}}
 	for _, p := range progressParsers {
 		specs = append(specs, tokenSpec{tok: p.marker})
-	}
-	for _, t := range progressMarkers {
-		specs = append(specs, tokenSpec{tok: t})
 	}
 	return specs
 }
@@ -493,7 +493,7 @@ var TelemetryTokens = [...][]byte{
 	// Generic progress lines (progress.go: progressMarkers).
 	[]byte("loss:"), []byte("loss="), []byte("_loss"), []byte("Loss"), []byte("/sec"), []byte("sec/"), []byte("tok/s"),
 	[]byte("-second"), []byte("0ms"), []byte("1ms"), []byte("2ms"), []byte("3ms"), []byte("4ms"), []byte("5ms"),
-	[]byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"),
+	[]byte("6ms"), []byte("7ms"), []byte("8ms"), []byte("9ms"), []byte("[step="),
 }
 
 // telemetrySlowTokens find what TelemetryTokens do not, at a cost: their

@@ -17,6 +17,9 @@
 //	              ending (about one per 7 000 records), six trainers each
 //	              printing on one rank or on every rank, NCCL init per job,
 //	              warnings and data-loader noise; 5.8 % NCCL lines
+//	cluster-inspector  the cluster stream with NCCL Inspector records
+//	              mixed in, --inspector-rate per second of stream time
+//	              (the cluster's lines are 1 ms apart)
 //
 // --shape takes a list or "all": every shape then runs in turn, each on a
 // fresh topic and database with its peer, and a table of them all ends
@@ -105,6 +108,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	shape := fs.String("shape", "", "stream shapes to run, comma-separated, each with its peer and on a topic of its own: "+
 		strings.Join(loadtest.ShapeNames(), ", ")+" or all (default: default); several print one table of them at the end")
 	fs.IntVar(&o.Concurrent, "concurrent", o.Concurrent, "jobs running at once in the cluster shape (its jobs in all are as many as fit --records)")
+	fs.Float64Var(&o.InspectorRate, "inspector-rate", o.InspectorRate, "NCCL Inspector records per second of stream time in the cluster-inspector shape (the cluster's lines: 1000/s)")
 	fs.BoolVar(&o.RandomSteps, "random-steps", false, "the same as --shape random-steps")
 	fs.BoolVar(&o.ProduceOnly, "produce-only", false, "only produce the backlog (for an external `ncclwatch run`)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the database and the topic at the end")
@@ -182,6 +186,7 @@ func runGen(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Format, "format", cfg.Format, "raw or fluentbit")
 	shape := fs.String("shape", string(loadtest.ShapeDefault), "stream shape: "+strings.Join(loadtest.ShapeNames(), ", "))
 	fs.IntVar(&cfg.Concurrent, "concurrent", loadtest.DefaultConcurrent, "jobs running at once (cluster shape)")
+	fs.Float64Var(&cfg.InspectorRate, "inspector-rate", loadtest.DefaultInspectorRate, "NCCL Inspector records per second of stream time (cluster-inspector shape; the cluster's lines: 1000/s)")
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes of the synthetic job (default and random-steps shapes)")
 	fs.IntVar(&cfg.GPUs, "gpus", cfg.GPUs, "GPUs per node (default and random-steps shapes)")
 	fs.StringVar(&cfg.Network, "network", cfg.Network, "IB, RoCE, EFA or Socket (default and random-steps shapes)")

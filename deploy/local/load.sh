@@ -9,7 +9,7 @@
 # `ncclwatch-load --peer --records N` once per RECORDS (default: 1000000
 # 3000000), printing each report: ClickHouse's Kafka engine and then
 # `ncclwatch run` consume the same fresh topic, and the ratio is printed.
-# SHAPES="default random-steps cluster" (or SHAPES=all) runs each stream
+# SHAPES="default random-steps cluster cluster-inspector" (or SHAPES=all) runs each stream
 # shape in turn in one invocation per RECORDS, each on a fresh topic with
 # its peer, and ends with one table of them all (shape, records, rows per
 # table, ncclwatch and peer records/s, ratio, max RSS, CPU-s).

@@ -167,6 +167,7 @@ type clusterJob struct {
 	ended        bool
 	rng, fill    *rand.Rand
 	pods, nodeNm []string
+	collSN       int64 // the job's Inspector records so far (inspector.go)
 }
 
 // newClusterJob draws job id, running on slot's nodes.
@@ -542,13 +543,39 @@ func (j *clusterJob) fluentBit(dst, line []byte, r int, t time.Time) []byte {
 }
 
 // generateCluster is Generate for the cluster shape.
+// With cfg.InspectorRate > 0 (the cluster-inspector shape) Inspector
+// records are mixed in: their dump lines in a raw log, their Fluent Bit
+// records in a "fluentbit" one.
 func generateCluster(w io.Writer, cfg GenConfig) (int64, error) {
 	s := newClusterStream(cfg.Seed, "train", cfg.NCCLShare, cfg.Concurrent, nil)
 	bw := bufio.NewWriterSize(w, 1<<20)
 	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var line, jsonBuf []byte
 	var written int64
+	var mix *inspectorMix
+	if cfg.InspectorRate > 0 {
+		mix = newInspectorMix(cfg.Seed, cfg.InspectorRate)
+	}
 	for i := int64(0); written < cfg.Bytes; i++ {
+		if mix != nil {
+			for k := mix.due(); k > 0 && written < cfg.Bytes; k-- {
+				var rec []byte
+				_, jsonBuf, _ = mix.next(jsonBuf[:0], s.slots, nil, mix.at(base))
+				rec = jsonBuf
+				if cfg.Format != "fluentbit" {
+					rec = mix.msg
+				}
+				n, err := bw.Write(rec)
+				if err == nil {
+					err = bw.WriteByte('\n')
+				}
+				if err != nil {
+					return written, err
+				}
+				written += int64(n + 1)
+			}
+			mix.lines++
+		}
 		j, l, spec, _ := s.next(line[:0])
 		line = l
 		rec := line
@@ -572,22 +599,48 @@ func generateCluster(w io.Writer, cfg GenConfig) (int64, error) {
 // of the cluster stream that keep accepts (nil: all), in stream order,
 // each with its job, stamped by stamp (nil: 1 ms apart), and returns the
 // number of jobs those n lines hold. rec is valid only during the call.
-func clusterRecords(seed uint64, prefix string, share float64, concurrent int, n int64, keep func(int) bool,
+// With rate > 0, Inspector records come at rate per second of stream
+// time among the n (inspector.go).
+func clusterRecords(seed uint64, prefix string, share float64, concurrent int, rate float64, n int64, keep func(int) bool,
 	stamp func() time.Time, fn func(job string, rec []byte) error) (int, error) {
 	s := newClusterStream(seed, prefix, share, concurrent, keep)
 	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var line, rec []byte
-	for i := range n {
+	var mix *inspectorMix
+	if rate > 0 {
+		mix = newInspectorMix(seed, rate)
+	}
+	for i := int64(0); i < n; i++ {
+		if mix != nil {
+			if mix.due() > 0 {
+				t := mix.at(base)
+				if stamp != nil {
+					t = stamp()
+				}
+				j, r, kept := mix.next(rec[:0], s.slots, keep, t)
+				rec = r
+				if kept {
+					if err := fn(j.name, rec); err != nil {
+						return s.jobs, err
+					}
+				}
+				continue
+			}
+			mix.lines++
+		}
 		j, l, spec, kept := s.next(line[:0])
 		line = l
 		if !kept {
 			continue
 		}
 		var t time.Time
-		if stamp != nil {
+		switch {
+		case stamp != nil:
 			t = stamp()
-		} else {
-			t = base.Add(time.Duration(i) * time.Millisecond)
+		case mix != nil:
+			t = base.Add(time.Duration(mix.lines-1) * clusterLineInterval)
+		default:
+			t = base.Add(time.Duration(i) * clusterLineInterval)
 		}
 		rec = j.fluentBit(rec[:0], line, int(spec.rank), t)
 		if err := fn(j.name, rec); err != nil {

@@ -17,7 +17,7 @@ import (
 func clusterHash(t *testing.T, seed uint64, n int64, keep func(int) bool) (string, int) {
 	t.Helper()
 	h := sha256.New()
-	jobs, err := clusterRecords(seed, "load", ClusterNCCLShare, DefaultConcurrent, n, keep, nil, func(job string, rec []byte) error {
+	jobs, err := clusterRecords(seed, "load", ClusterNCCLShare, DefaultConcurrent, 0, n, keep, nil, func(job string, rec []byte) error {
 		h.Write(rec)
 		h.Write([]byte(job + "\n"))
 		return nil
@@ -43,7 +43,7 @@ func TestClusterDeterministic(t *testing.T) {
 	}
 	byJob := func(keep func(int) bool) (map[string][]string, int) {
 		m := map[string][]string{}
-		jobs, err := clusterRecords(7, "load", ClusterNCCLShare, DefaultConcurrent, n, keep, nil, func(job string, rec []byte) error {
+		jobs, err := clusterRecords(7, "load", ClusterNCCLShare, DefaultConcurrent, 0, n, keep, nil, func(job string, rec []byte) error {
 			m[job] = append(m[job], string(rec))
 			return nil
 		})
@@ -129,7 +129,7 @@ func TestClusterShape(t *testing.T) {
 	stats := map[string]*jobStats{}
 	var order []string
 	i, nccl := 0, 0
-	jobs, err := clusterRecords(3, "load", ClusterNCCLShare, DefaultConcurrent, n, nil, nil, func(job string, rec []byte) error {
+	jobs, err := clusterRecords(3, "load", ClusterNCCLShare, DefaultConcurrent, 0, n, nil, nil, func(job string, rec []byte) error {
 		var text []byte
 		var label string
 		if err := dec.Decode(rec, func(r *pipeline.Record) {

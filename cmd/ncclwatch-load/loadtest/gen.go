@@ -45,6 +45,10 @@ type GenConfig struct {
 	// Concurrent is the number of jobs the cluster shape runs at once
 	// (DefaultConcurrent when 0).
 	Concurrent int
+	// InspectorRate is the NCCL Inspector records per second of stream
+	// time of the cluster-inspector shape (DefaultInspectorRate when 0);
+	// other shapes carry none.
+	InspectorRate float64
 }
 
 // DefaultGenConfig is a 64 MB raw log of a 2-node, 8-GPU IB job with 5 %
@@ -149,6 +153,12 @@ func Generate(w io.Writer, cfg GenConfig) (int64, error) {
 	case ShapeRandomSteps:
 		cfg.RandomSteps = true
 	case ShapeCluster:
+		cfg.InspectorRate = 0
+		return generateCluster(w, cfg)
+	case ShapeClusterInspector:
+		if cfg.InspectorRate <= 0 {
+			cfg.InspectorRate = DefaultInspectorRate
+		}
 		return generateCluster(w, cfg)
 	default:
 		return 0, fmt.Errorf("gen: shape %q: want one of %s", cfg.Shape, strings.Join(ShapeNames(), ", "))

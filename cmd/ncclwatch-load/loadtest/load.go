@@ -56,12 +56,15 @@ type Options struct {
 	RandomSteps bool
 	// Concurrent is the number of jobs the cluster shape runs at once; it
 	// has as many jobs in all as fit its records, not Jobs.
-	Concurrent  int
-	LatRate     float64 // records/s offered while latency is measured; 0 skips it
-	LatDuration time.Duration
-	ProduceOnly bool
-	Keep        bool
-	CPUProfile  string // CPU profile of ncclwatch's consume phase
+	Concurrent int
+	// InspectorRate is the NCCL Inspector records per second of stream
+	// time of the cluster-inspector shape.
+	InspectorRate float64
+	LatRate       float64 // records/s offered while latency is measured; 0 skips it
+	LatDuration   time.Duration
+	ProduceOnly   bool
+	Keep          bool
+	CPUProfile    string // CPU profile of ncclwatch's consume phase
 	// ServerPID, when set, is the pid of the ClickHouse server (on this
 	// host): its CPU during the peer's and ncclwatch's consume phases is
 	// reported.
@@ -75,7 +78,7 @@ type Options struct {
 // DefaultOptions is the issue's benchmark: 1 M records over 64 jobs on 8
 // partitions, 5 % NCCL lines; 20 k records/s for 10 s of latency samples.
 func DefaultOptions() Options {
-	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent,
+	return Options{Records: 1_000_000, Jobs: 64, Partitions: 8, Producers: 4, NCCLShare: 0.05, Seed: 1, Concurrent: DefaultConcurrent, InspectorRate: DefaultInspectorRate,
 		LatRate: 20000, LatDuration: 10 * time.Second, Timeout: 15 * time.Minute,
 		NCCLWatch: "ncclwatch", KafkaTool: []string{"deploy/local/kafka.sh", "tool"}}
 }
@@ -104,8 +107,8 @@ func (o *Options) Validate() error {
 		bad = append(bad, "--shape: want one of "+strings.Join(ShapeNames(), ", "))
 	}
 	o.RandomSteps = o.Shape == ShapeRandomSteps
-	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 {
-		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate and --latency-duration >= 0")
+	if o.NCCLShare < 0 || o.NCCLShare > 1 || o.LatRate < 0 || o.LatDuration < 0 || o.InspectorRate < 0 {
+		bad = append(bad, "--nccl-share must be in [0,1], --latency-rate, --latency-duration and --inspector-rate >= 0")
 	}
 	if o.Peer && len(o.KafkaTool) == 0 {
 		bad = append(bad, "--kafka-tool: required with --peer")
@@ -276,6 +279,9 @@ func (r *Report) Print(w io.Writer) {
 		steps = "random steps"
 	case ShapeCluster:
 		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank", o.Concurrent)
+	case ShapeClusterInspector:
+		steps = fmt.Sprintf("%d running at once, trainers printing on one rank or every rank, NCCL Inspector records at %.0f/s of stream time",
+			o.Concurrent, o.inspectorRate())
 	}
 	fmt.Fprintf(w, "ncclwatch load: shape %s: %d records over %d jobs, %d partitions, %.1f %% NCCL lines, %s, seed %d\n",
 		o.Shape, o.Records, r.jobs, o.Partitions, o.NCCLShare*100, steps, o.Seed)
@@ -406,23 +412,16 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 
 	// ncclwatch run on the backlog, timed to its group's lag 0.
 	group := o.Topic
-	probe, broker, box := startServerProbe(o.ServerPID), startServerProbe(o.BrokerPID), startBoxProbe()
-	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
+	svc, err := consumeBacklog(ctx, o, rep, ch, offs, end, group, stderr)
+	defer func() {
+		if svc != nil {
+			svc.kill() // the latest service; an earlier one was stopped
+		}
+	}()
 	if err != nil {
 		return rep, err
 	}
-	defer svc.kill()
-	lag, err := waitLagZero(ctx, offs, group, end, svc.exited)
-	if err != nil {
-		return rep, fmt.Errorf("ncclwatch run consuming the backlog: %w", err)
-	}
-	rep.consume = phase{records: rep.produce.records, bytes: rep.produce.bytes, wall: lag.done.Sub(svc.started), cpu: procCPU(svc.pid)}
-	rep.serverConsume, rep.brokerConsume, rep.boxConsume = probe.stop(), broker.stop(), box.stop()
-	rep.parts, rep.partsErr = countParts(ctx, ch, o.Database)
-	rep.firstCommit = lag.first.Sub(svc.started)
-	rep.maxRSSConsume = svc.mem.reset()
-	latency := o.LatRate > 0 && o.LatDuration > 0
-	if o.CPUProfile != "" && latency {
+	if o.CPUProfile != "" && o.LatRate > 0 && o.LatDuration > 0 {
 		// The profile covers the backlog only: a fresh process measures
 		// latency. (Without a latency phase there is none to start: one
 		// stopped at once could get SIGTERM before its handler is set.)
@@ -431,33 +430,12 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 			return rep, err
 		}
 		if svc, err = startService(ctx, o, group, "", stderr); err != nil {
+			svc = nil
 			return rep, err
 		}
-		defer svc.kill()
 	}
-
-	// Latency at an offered rate: every record's time is when it was made;
-	// it is stored when its offset is committed, which ncclwatch does only
-	// after ClickHouse acknowledged the batch that holds it.
-	if latency {
-		lat := &latencyProbe{partitions: o.Partitions, base: end, stamps: make([][]time.Time, o.Partitions)}
-		pctx, pcancel := context.WithCancel(ctx)
-		polled := make(chan error, 1)
-		go func() { polled <- lat.poll(pctx, offs, group) }()
-		n, err := producePaced(ctx, o, pcfg, lat)
-		if err == nil {
-			rep.latRecords = n
-			err = lat.wait(ctx, time.Minute, svc.exited)
-		}
-		pcancel()
-		if perr := <-polled; err == nil && perr != nil && !errors.Is(perr, context.Canceled) {
-			err = perr
-		}
-		if err != nil {
-			return rep, fmt.Errorf("latency phase: %w", err)
-		}
-		rep.latencies = lat.sorted()
-		rep.maxRSSLatency = svc.mem.reset()
+	if err := measureLatency(ctx, o, rep, pcfg, offs, end, group, svc); err != nil {
+		return rep, err
 	}
 	if _, hwm := procStatus(svc.pid); hwm > 0 {
 		rep.hwmEnd = max(rep.hwmEnd, hwm)
@@ -467,6 +445,59 @@ func Run(ctx context.Context, o Options, stderr io.Writer) (*Report, error) {
 	}
 	rep.stored, rep.steps, rep.verdicts, rep.jobRows = storedFigures(ctx, ch, o.Database)
 	return rep, nil
+}
+
+// consumeBacklog starts `ncclwatch run` on the backlog and times it to
+// its group's lag 0, with the servers' and this host's CPU meanwhile, and
+// its tables' parts then. It returns the service, still running, also
+// with an error once it started.
+func consumeBacklog(ctx context.Context, o Options, rep *Report, ch *sinks.ClickHouse, offs *kafka.GroupOffsets, end []int64,
+	group string, stderr io.Writer) (*service, error) {
+	probe, broker, box := startServerProbe(o.ServerPID), startServerProbe(o.BrokerPID), startBoxProbe()
+	svc, err := startService(ctx, o, group, o.CPUProfile, stderr)
+	if err != nil {
+		return nil, err
+	}
+	lag, err := waitLagZero(ctx, offs, group, end, svc.exited)
+	if err != nil {
+		return svc, fmt.Errorf("ncclwatch run consuming the backlog: %w", err)
+	}
+	rep.consume = phase{records: rep.produce.records, bytes: rep.produce.bytes, wall: lag.done.Sub(svc.started), cpu: procCPU(svc.pid)}
+	rep.serverConsume, rep.brokerConsume, rep.boxConsume = probe.stop(), broker.stop(), box.stop()
+	rep.parts, rep.partsErr = countParts(ctx, ch, o.Database)
+	rep.firstCommit = lag.first.Sub(svc.started)
+	rep.maxRSSConsume = svc.mem.reset()
+	return svc, nil
+}
+
+// measureLatency offers o.LatRate records/s for o.LatDuration to svc
+// (nothing when either is 0). Every record's time is when it was made; it
+// is stored when its offset is committed, which ncclwatch does only after
+// ClickHouse acknowledged the batch that holds it.
+func measureLatency(ctx context.Context, o Options, rep *Report, pcfg kafka.ProducerConfig, offs *kafka.GroupOffsets, end []int64,
+	group string, svc *service) error {
+	if o.LatRate <= 0 || o.LatDuration <= 0 {
+		return nil
+	}
+	lat := &latencyProbe{partitions: o.Partitions, base: end, stamps: make([][]time.Time, o.Partitions)}
+	pctx, pcancel := context.WithCancel(ctx)
+	polled := make(chan error, 1)
+	go func() { polled <- lat.poll(pctx, offs, group) }()
+	n, err := producePaced(ctx, o, pcfg, lat)
+	if err == nil {
+		rep.latRecords = n
+		err = lat.wait(ctx, time.Minute, svc.exited)
+	}
+	pcancel()
+	if perr := <-polled; err == nil && perr != nil && !errors.Is(perr, context.Canceled) {
+		err = perr
+	}
+	if err != nil {
+		return fmt.Errorf("latency phase: %w", err)
+	}
+	rep.latencies = lat.sorted()
+	rep.maxRSSLatency = svc.mem.reset()
+	return nil
 }
 
 // service is a running `ncclwatch run`.

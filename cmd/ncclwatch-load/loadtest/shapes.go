@@ -30,10 +30,14 @@ const (
 	// with its own NCCL init, warnings and data-loader noise
 	// (cluster.go).
 	ShapeCluster Shape = "cluster"
+	// ShapeClusterInspector is the cluster's stream with NCCL Inspector
+	// records mixed in at Options.InspectorRate records per second of
+	// stream time (inspector.go).
+	ShapeClusterInspector Shape = "cluster-inspector"
 )
 
 // shapes are the shapes in the order `--shape all` runs them.
-var shapes = []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster}
+var shapes = []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster, ShapeClusterInspector}
 
 // ShapeNames returns the names of the shapes.
 func ShapeNames() []string {
@@ -77,10 +81,26 @@ func ParseShapes(s string) ([]Shape, error) {
 // given: 5 % for one job's log (the share seen in real trainer logs with
 // NCCL_DEBUG=INFO), ClusterNCCLShare for the cluster.
 func (s Shape) DefaultShare() float64 {
-	if s == ShapeCluster {
+	if s.cluster() {
 		return ClusterNCCLShare
 	}
 	return 0.05
+}
+
+// cluster reports whether s is the cluster's stream (with or without
+// Inspector records).
+func (s Shape) cluster() bool { return s == ShapeCluster || s == ShapeClusterInspector }
+
+// inspectorRate is the Inspector records per second of stream time o's
+// shape carries.
+func (o Options) inspectorRate() float64 {
+	if o.Shape != ShapeClusterInspector {
+		return 0
+	}
+	if o.InspectorRate <= 0 {
+		return DefaultInspectorRate
+	}
+	return o.InspectorRate
 }
 
 // backlogPart calls fn with producer w's part of the backlog of o's shape,
@@ -89,9 +109,9 @@ func (s Shape) DefaultShare() float64 {
 // whose number is w modulo Producers of the cluster's first o.Records
 // records. It returns the number of jobs the whole backlog has.
 func backlogPart(o Options, w int, stamp func() time.Time, fn func(job string, rec []byte) error) (int, error) {
-	if o.Shape == ShapeCluster {
+	if o.Shape.cluster() {
 		keep := func(id int) bool { return id%o.Producers == w }
-		return clusterRecords(o.Seed, "load", o.NCCLShare, o.Concurrent, o.Records, keep, stamp, fn)
+		return clusterRecords(o.Seed, "load", o.NCCLShare, o.Concurrent, o.inspectorRate(), o.Records, keep, stamp, fn)
 	}
 	for j := w; j < o.Jobs; j += o.Producers {
 		n := o.Records / int64(o.Jobs)
@@ -115,8 +135,8 @@ func backlogPart(o Options, w int, stamp func() time.Time, fn func(job string, r
 // pacedStream calls fn with the total records of the latency phase, a
 // stream of fresh jobs (seed o.Seed+1), in order.
 func pacedStream(o Options, total int64, stamp func() time.Time, fn func(job string, rec []byte) error) error {
-	if o.Shape == ShapeCluster {
-		_, err := clusterRecords(o.Seed+1, "latency", o.NCCLShare, o.Concurrent, total, nil, stamp, fn)
+	if o.Shape.cluster() {
+		_, err := clusterRecords(o.Seed+1, "latency", o.NCCLShare, o.Concurrent, o.inspectorRate(), total, nil, stamp, fn)
 		return err
 	}
 	perJob := max(total/int64(o.Jobs), 1)

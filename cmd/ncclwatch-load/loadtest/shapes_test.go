@@ -72,10 +72,11 @@ func TestParseShapes(t *testing.T) {
 		want []Shape
 		err  bool
 	}{
-		{"all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster}, false},
+		{"all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster, ShapeClusterInspector}, false},
+		{"cluster-inspector,cluster", []Shape{ShapeClusterInspector, ShapeCluster}, false},
 		{"cluster", []Shape{ShapeCluster}, false},
 		{"cluster, default,cluster", []Shape{ShapeCluster, ShapeDefault}, false},
-		{"default,all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster}, false},
+		{"default,all", []Shape{ShapeDefault, ShapeRandomSteps, ShapeCluster, ShapeClusterInspector}, false},
 		{"inspector", nil, true},
 		{"", nil, true},
 	} {
