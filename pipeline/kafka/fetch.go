@@ -329,7 +329,7 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var req []byte
-	dec := batchDecoder{pooled: true}
+	dec := batchDecoder{pooled: true, st: &f.s.stats}
 	for ctx.Err() == nil {
 		f.corr++
 		req = appendFetchRequest(req[:0], fetchRequest{version: raw.version, correlation: f.corr,
@@ -339,7 +339,7 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 		var res fetchResult
 		if err == nil {
 			res, err = decodeFetchResponse(body.buf, raw.version, f.corr, f.p.Topic, f.p.Partition)
-			f.s.nativeFetches.Add(1)
+			f.s.stats.nativeFetches.Add(1)
 		}
 		if err == nil {
 			tmpl := Message{Topic: f.p.Topic, Partition: f.p.Partition, HighWaterMark: res.highWaterMark}
@@ -355,6 +355,17 @@ func (f *fetcher) readNative(ctx context.Context, conn *kafka.Conn, raw nativeCo
 		}
 		if ctx.Err() != nil {
 			return off, nil
+		}
+		if res.throttle > 0 && clientThrottles(raw.version) {
+			// A quota: the broker answered at once and sends nothing
+			// more to this client until the pause is over (a request
+			// sent meanwhile waits on the broker, or with a broker that
+			// mutes the connection, times out).
+			f.s.stats.throttled.Add(1)
+			f.s.stats.throttleNanos.Add(int64(res.throttle))
+			if !sleep(ctx, res.throttle) {
+				return off, nil
+			}
 		}
 		if off, err = f.after(ctx, conn, off, err); err != nil {
 			return off, err
@@ -471,7 +482,8 @@ func (f *fetcher) roundTrip(c net.Conn, req []byte) (*arena, error) {
 	if n < 8 || n > maxResponse {
 		return nil, fmt.Errorf("fetch response of %d bytes", n)
 	}
-	body := newArena(takeBuf(n)[:n])
+	st := &f.s.stats
+	body := st.newArena(st.takeBuf(n)[:n])
 	if _, err := io.ReadFull(c, body.buf); err != nil {
 		body.drop()
 		return nil, err

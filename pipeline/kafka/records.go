@@ -193,29 +193,41 @@ func (w *wire) nullable() []byte {
 	return w.take(int(n))
 }
 
-// fetchResult is the one partition of a fetch response.
+// fetchResult is the one partition of a fetch response, and the pause
+// the broker asked for.
 type fetchResult struct {
 	highWaterMark int64
 	records       []byte // the record batches, the last one possibly truncated
+	// throttle is the response's throttle_time_ms: how long a quota
+	// wants this client to send the broker nothing more (KIP-219).
+	throttle time.Duration
 }
+
+// clientThrottles reports whether a Fetch response of version v leaves the
+// pause it names to the client: from version 8 the broker answers at once
+// and expects the client to wait (KIP-219); before, the broker held the
+// response back for the pause itself.
+func clientThrottles(v int16) bool { return v >= 8 }
 
 // decodeFetchResponse reads the body (after the size) of a response of
 // version v to a one-partition fetchRequest with correlation id corr. A
 // top-level or partition error is returned as kafka.Error, for the caller's
-// retry rules.
+// retry rules, with the result's throttle set.
 func decodeFetchResponse(body []byte, v int16, corr int32, topic string, partition int32) (fetchResult, error) {
 	w := wire{b: body}
 	if got := w.int32(); w.err == nil && got != corr {
 		return fetchResult{}, fmt.Errorf("fetch response correlation id %d, want %d", got, corr)
 	}
-	w.int32() // throttle_time_ms
+	var res fetchResult
+	if ms := w.int32(); ms > 0 {
+		res.throttle = time.Duration(ms) * time.Millisecond
+	}
 	if v >= 7 {
 		if code := w.int16(); code != 0 && w.err == nil {
-			return fetchResult{}, kafka.Error(code)
+			return res, kafka.Error(code)
 		}
 		w.int32() // session_id
 	}
-	var res fetchResult
 	found := false
 	for nt := w.int32(); nt > 0 && w.err == nil; nt-- {
 		name := w.take(int(w.int16()))
@@ -242,16 +254,16 @@ func decodeFetchResponse(body []byte, v int16, corr int32, topic string, partiti
 				continue
 			}
 			if code != 0 {
-				return fetchResult{}, kafka.Error(code)
+				return fetchResult{throttle: res.throttle}, kafka.Error(code)
 			}
-			res, found = fetchResult{highWaterMark: hwm, records: recs}, true
+			res.highWaterMark, res.records, found = hwm, recs, true
 		}
 	}
 	if w.err != nil {
 		return fetchResult{}, fmt.Errorf("fetch response: %w", w.err)
 	}
 	if !found {
-		return fetchResult{}, fmt.Errorf("fetch response without %s/%d", topic, partition)
+		return fetchResult{throttle: res.throttle}, fmt.Errorf("fetch response without %s/%d", topic, partition)
 	}
 	return res, nil
 }
@@ -277,7 +289,8 @@ type batchDecoder struct {
 	// pooled: decompress into pooled buffers (takeBuf), each batch's in
 	// an arena the caller takes (takeArena); otherwise into new ones.
 	pooled bool
-	arena  *arena // the last decompressed batch's, until taken
+	arena  *arena      // the last decompressed batch's, until taken
+	st     *fetchStats // counts the pooled buffers and arenas; nil: nobody
 }
 
 // takeArena returns the arena of the batch decodeNext decoded last, with
@@ -292,7 +305,7 @@ func (d *batchDecoder) takeArena() *arena {
 // buf returns an empty buffer for n bytes.
 func (d *batchDecoder) buf(n int) []byte {
 	if d.pooled {
-		return takeBuf(n)
+		return d.st.takeBuf(n)
 	}
 	return make([]byte, 0, n)
 }
@@ -430,7 +443,7 @@ func (d *batchDecoder) decompress(c compress.Compression, data []byte) ([]byte, 
 		if d.arena != nil {
 			d.arena.drop() // a batch before that nobody took: none of its records were kept
 		}
-		d.arena = newArena(out)
+		d.arena = d.st.newArena(out)
 	}
 	return out, nil
 }

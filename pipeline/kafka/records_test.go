@@ -589,8 +589,9 @@ func TestDeliverHoldsArenas(t *testing.T) {
 	}
 	q := make(chan chunk, 100)
 	f := &fetcher{q: q, size: 4, s: &Source{}}
-	dec := batchDecoder{pooled: true}
-	body := newArena(recs) // the response, held by the reader
+	st := &f.s.stats
+	dec := batchDecoder{pooled: true, st: st}
+	body := st.newArena(recs) // the response, held by the reader
 	next, sent, err := f.deliver(context.Background(), &dec, body, recs, 0, tmpl)
 	if err != nil || !sent || next != int64(len(want)) {
 		t.Fatalf("deliver = %d, sent %v, %v; want %d, sent", next, sent, err, len(want))
@@ -639,8 +640,8 @@ func TestDeliverHoldsArenas(t *testing.T) {
 		}
 	}
 	// A second release of a chunk changes nothing.
-	a := newArena(takeBuf(1)) // held by deliver, say
-	a.hold()                  // and by the chunk
+	a := st.newArena(st.takeBuf(1)) // held by deliver, say
+	a.hold()                        // and by the chunk
 	rel := chunk{arenas: []*arena{a}}.releaser()
 	rel()
 	rel()
@@ -648,21 +649,24 @@ func TestDeliverHoldsArenas(t *testing.T) {
 		t.Fatalf("a chunk released twice left %d holds of 2; want 1", r)
 	}
 	a.drop()
+	if s := f.s.Stats(); s.Arenas != 0 || s.ArenaBytes != 0 {
+		t.Fatalf("after every release the source counts %d arenas of %d bytes; want none", s.Arenas, s.ArenaBytes)
+	}
 
 	// Queued nowhere (the context ended): deliver gives every hold back,
 	// its own and those of the chunk it could not queue.
-	live := liveArenas.Load()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	f = &fetcher{q: make(chan chunk), size: 4, s: &Source{}}
-	dec = batchDecoder{pooled: true}
-	body = newArena(recs)
+	st = &f.s.stats
+	dec = batchDecoder{pooled: true, st: st}
+	body = st.newArena(recs)
 	if _, sent, _ := f.deliver(ctx, &dec, body, recs, 0, tmpl); sent {
 		t.Fatal("deliver with an ended context: sent")
 	}
 	body.drop()
-	if n := liveArenas.Load() - live; n != 0 {
-		t.Fatalf("deliver that queued nothing left %d arenas held", n)
+	if s := f.s.Stats(); s.Arenas != 0 || s.ArenaBytes != 0 {
+		t.Fatalf("deliver that queued nothing left %d arenas of %d bytes held", s.Arenas, s.ArenaBytes)
 	}
 }
 
@@ -682,7 +686,8 @@ func TestBufClass(t *testing.T) {
 		if c := bufClass(tc.n); c != tc.class {
 			t.Errorf("bufClass(%d) = %d; want %d", tc.n, c, tc.class)
 		}
-		b := takeBuf(tc.n)
+		var st *fetchStats
+		b := st.takeBuf(tc.n)
 		if len(b) != 0 || cap(b) < tc.n || tc.class >= 0 && cap(b) != 1<<(tc.class+16) {
 			t.Errorf("takeBuf(%d) = len %d cap %d", tc.n, len(b), cap(b))
 		}
@@ -693,7 +698,8 @@ func TestBufClass(t *testing.T) {
 // decompress to less than 64 KiB) with garbage and puts it back, for the
 // next takeBuf to find.
 func poisonPools() {
-	b := takeBuf(1 << minPooledShift)
+	var st *fetchStats
+	b := st.takeBuf(1 << minPooledShift)
 	b = b[:cap(b)]
 	copy(b, garbage[:])
 	putBuf(b)

@@ -446,7 +446,7 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 				if err := stop(); err != nil {
 					t.Fatalf("%s: Run = %v", dec, err)
 				}
-				if nf := src.nativeFetches.Load(); (nf > 0) != (dec == FetchNative) {
+				if nf := src.Stats().NativeFetches; (nf > 0) != (dec == FetchNative) {
 					t.Fatalf("%s: %d fetch responses read by the native decoder", dec, nf)
 				}
 				got[i] = r.messages()
@@ -527,7 +527,6 @@ func testEmitReusesArenasOf(t *testing.T, brokers []string, codec string) {
 	}
 	var window []kept
 	got := map[string]bool{}
-	takes := pooledTakes.Load()
 	check := func(k kept) {
 		t.Helper()
 		for i, m := range k.msgs {
@@ -574,7 +573,7 @@ func testEmitReusesArenasOf(t *testing.T, brokers []string, codec string) {
 			t.Fatalf("produced %.40q, not read", v)
 		}
 	}
-	if n := pooledTakes.Load() - takes; n == 0 {
+	if n := src.Stats().ReusedBuffers; n == 0 {
 		t.Errorf("no buffer was used again")
 	} else {
 		t.Logf("%d buffers used again", n)

@@ -132,9 +132,7 @@ type Source struct {
 	// queued counts the messages in queue (updated after a send and a
 	// receive, so it may be off by a chunk for a moment).
 	queued atomic.Int64
-	// nativeFetches counts the fetch responses the native decoder read
-	// (tests: that it, not kafka-go, read them).
-	nativeFetches atomic.Int64
+	stats  fetchStats
 }
 
 // generation is one assignment of partitions to this member.
@@ -541,6 +539,11 @@ func (s *Source) Lag() map[TopicPartition]int64 {
 // and the queue's capacity, for the metrics.
 func (s *Source) QueueLen() (length, capacity int) {
 	return int(max(s.queued.Load(), 0)), s.cfg.QueueCapacity
+}
+
+// Stats returns the source's fetch counters since NewSource.
+func (s *Source) Stats() Stats {
+	return s.stats.snapshot()
 }
 
 // Close stops a running Run and waits for it to return (Revoked is called,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -433,3 +434,69 @@ func (b *batchRecorder) Messages(ctx context.Context, ms []Message, release func
 
 // TestBatchHandler consumes through a BatchHandler (the run loop's way).
 func TestBatchHandler(t *testing.T) { testConsumeAllWith(t, newFake(t), true) }
+
+// TestFetchThrottle: a broker whose quota throttles this client answers a
+// fetch at once with throttle_time_ms (Fetch v8+, KIP-219); the native
+// partition reader sends that broker no further fetch before the pause is
+// over, counts the pause in Stats, and then reads every record.
+func TestFetchThrottle(t *testing.T) {
+	const n, throttle = 50, 600 * time.Millisecond
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("kfake.NewCluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	topic := newTopic(t, brokers, 1)
+	produce(t, brokers, topic, 0, n)
+
+	var (
+		mu      sync.Mutex
+		fetches []time.Time // of the topic's fetches, the throttled one first
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		if len(fr.Topics) != 1 || fr.Topics[0].Topic != topic {
+			return nil, nil, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fetches = append(fetches, time.Now())
+		if len(fetches) > 1 {
+			return nil, nil, false // kfake answers with the records
+		}
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ThrottleMillis = int32(throttle / time.Millisecond)
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = topic
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.Partition = fr.Topics[0].Partitions[0].Partition
+		rp.HighWatermark = n
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+
+	cfg := testConfig(brokers, topic, uniq("group"))
+	r := &recorder{t: t}
+	src := mustSource(t, cfg)
+	stop := run(t, src, r)
+	waitFor(t, waitLong, "all messages", func() bool { return len(r.messages()) >= n })
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	checkContiguous(t, "consumer", r.messages(), nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fetches) < 2 {
+		t.Fatalf("%d fetches of the topic; want the throttled one and more", len(fetches))
+	}
+	if gap := fetches[1].Sub(fetches[0]); gap < throttle {
+		t.Errorf("next fetch %v after the throttled response; want >= %v", gap, throttle)
+	}
+	s := src.Stats()
+	if s.NativeFetches == 0 || s.ThrottledFetches != 1 || s.ThrottleTime != throttle {
+		t.Errorf("Stats = %+v; want native fetches, 1 throttled for %v", s, throttle)
+	}
+}
