@@ -369,8 +369,8 @@ func (d *batchDecoder) batch(batch []byte, from int64, tmpl Message, out []Messa
 	firstTS := int64(be.Uint64(batch[27:]))
 	maxTS := int64(be.Uint64(batch[35:]))
 	count := int(int32(be.Uint32(batch[57:])))
-	if attrs&attrControl != 0 || base+lastDelta < from {
-		return out, nil // transaction markers; or all before the offset asked for
+	if attrs&attrControl != 0 || base+lastDelta < from || count <= 0 {
+		return out, nil // transaction markers; all before the offset asked for; or none
 	}
 	data := batch[batchHeaderSize:]
 	if c := compress.Compression(attrs & attrCompression); c != compress.None {

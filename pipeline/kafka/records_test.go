@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -519,6 +520,102 @@ func FuzzDecodeBatches(f *testing.F) {
 			}
 		}
 		_, _ = lz4Frames(nil, recs)
+	})
+}
+
+// FuzzDecodeBatchesKafkaGo is a differential fuzzer: a record batch made
+// well-formed around the fuzzer's bytes (its length, magic 2 and CRC-32C
+// set so that both decoders read past them) is decoded by the native
+// decoder and by kafka-go's own (protocol.RecordSet, the codec of its
+// producer and of kafka.Client.Fetch). Where the native decoder returns
+// records, kafka-go returns the same ones; where kafka-go returns every
+// record the batch counts, so does the native decoder; where kafka-go
+// stops early at a record that does not decode (it keeps the ones
+// before and reports nothing), the native decoder reports the batch as
+// corrupt. One difference is by design: the native decoder skips the LZ4
+// frames' xxh32 checksums (the CRC-32C covers the compressed bytes), so
+// kafka-go's checksum errors there are not compared.
+func FuzzDecodeBatchesKafkaGo(f *testing.F) {
+	for i, c := range []compress.Compression{compress.None, compress.Gzip, compress.Snappy, compress.Lz4, compress.Zstd} {
+		f.Add(encodeBatch(f, int64(i), protocol.Attributes(c), testRecords(6, i)))
+	}
+	f.Fuzz(func(t *testing.T, batch []byte) {
+		if len(batch) < batchHeaderSize {
+			return
+		}
+		b := bytes.Clone(batch)
+		be := binary.BigEndian
+		count := int32(be.Uint32(b[57:]))
+		if count < 0 || count > 1<<14 {
+			return // kafka-go allocates count records before reading any (a negative count panics)
+		}
+		be.PutUint32(b[8:], uint32(len(b)-12))
+		b[16] = 2
+		// Not a control batch, create time (the native decoder's
+		// log-append time is TestDecodeBatchesLogAppendTime's), and a last
+		// offset delta that is not negative (kafka-go ignores it).
+		be.PutUint16(b[21:], be.Uint16(b[21:])&^uint16(attrControl|attrLogAppendTime))
+		be.PutUint32(b[23:], be.Uint32(b[23:])&0x7fffffff)
+		be.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
+		from := int64(be.Uint64(b))
+
+		var d batchDecoder
+		got, _, _, err := d.decode(b, from, tmpl, nil)
+
+		var rs protocol.RecordSet
+		framed := be.AppendUint32(nil, uint32(len(b)))
+		_, kerr := rs.ReadFrom(bytes.NewReader(append(framed, b...)))
+		var want []Message
+		n := 0 // records kafka-go read
+		if kerr == nil && rs.Records != nil {
+			for {
+				r, rerr := rs.Records.ReadRecord()
+				if rerr != nil {
+					if !errors.Is(rerr, io.EOF) {
+						kerr = rerr
+					}
+					break
+				}
+				n++
+				key, kerr1 := protocol.ReadAll(r.Key)
+				value, kerr2 := protocol.ReadAll(r.Value)
+				if kerr1 != nil || kerr2 != nil {
+					t.Fatalf("kafka-go: record %d: key %v, value %v", n, kerr1, kerr2)
+				}
+				if r.Offset < from {
+					continue // the native decoder skips records before the offset asked for
+				}
+				m := tmpl
+				m.Offset, m.Time, m.Key, m.Value = r.Offset, r.Time, key, value
+				if r.Value != nil && value == nil {
+					m.Value = []byte{}
+				}
+				if r.Key != nil && key == nil {
+					m.Key = []byte{}
+				}
+				want = append(want, m)
+			}
+		}
+		all := n == int(count) // kafka-go read every record the batch counts
+		lz4Sum := compress.Compression(be.Uint16(b[21:])&attrCompression) == compress.Lz4 &&
+			kerr != nil && strings.Contains(kerr.Error(), "checksum")
+		switch {
+		case count == 0:
+			// Nothing to read: the native decoder does not decompress
+			// the batch; kafka-go does and may fail there.
+			if err != nil || len(got) != 0 {
+				t.Fatalf("a batch of no records: native %d records, error %v", len(got), err)
+			}
+		case err == nil && kerr != nil && !lz4Sum:
+			t.Fatalf("native decoded %d records; kafka-go: %v", len(got), kerr)
+		case err == nil && kerr == nil:
+			if !all {
+				t.Fatalf("native decoded %d records; kafka-go stopped before the batch's %d records without an error", len(got), count)
+			}
+			sameMessages(t, "native vs kafka-go", got, want)
+		case err != nil && kerr == nil && all:
+			t.Fatalf("native: %v; kafka-go decoded all %d records", err, count)
+		}
 	})
 }
 
