@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -31,9 +33,7 @@ func TestRebalance(t *testing.T) { testRebalance(t, newFake(t)) }
 
 func TestEmit(t *testing.T) { testEmit(t, newFake(t)) }
 
-func TestFetchDecoders(t *testing.T) { testFetchDecoders(t, newFake(t)) }
-
-func TestEmitReusesArenas(t *testing.T) { testEmitReusesArenas(t, newFake(t)) }
+func TestCodecs(t *testing.T) { testCodecs(t, newFake(t)) }
 
 // TestBackpressure blocks the handler with a one-message queue: nothing is
 // delivered meanwhile, delivery resumes when the handler does, and a
@@ -436,9 +436,9 @@ func (b *batchRecorder) Messages(ctx context.Context, ms []Message, release func
 func TestBatchHandler(t *testing.T) { testConsumeAllWith(t, newFake(t), true) }
 
 // TestFetchThrottle: a broker whose quota throttles this client answers a
-// fetch at once with throttle_time_ms (Fetch v8+, KIP-219); the native
-// partition reader sends that broker no further fetch before the pause is
-// over, counts the pause in Stats, and then reads every record.
+// fetch at once with throttle_time_ms (Fetch v8+, KIP-219); the partition
+// reader sends that broker no further fetch before the pause is over,
+// counts the pause in Stats, and then reads every record.
 func TestFetchThrottle(t *testing.T) {
 	const n, throttle = 50, 600 * time.Millisecond
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -496,7 +496,20 @@ func TestFetchThrottle(t *testing.T) {
 		t.Errorf("next fetch %v after the throttled response; want >= %v", gap, throttle)
 	}
 	s := src.Stats()
-	if s.NativeFetches == 0 || s.ThrottledFetches != 1 || s.ThrottleTime != throttle {
-		t.Errorf("Stats = %+v; want native fetches, 1 throttled for %v", s, throttle)
+	if s.ThrottledFetches != 1 || s.ThrottleTime != throttle {
+		t.Errorf("Stats = %+v; want 1 fetch throttled for %v", s, throttle)
+	}
+}
+
+// TestRetryReason: a broker's corrupt-message error is told apart from
+// other fetch errors.
+func TestRetryReason(t *testing.T) {
+	if got := RetryReason(fmt.Errorf("kafka fetch logs/3: %w", kafka.InvalidMessage)); got != "corrupt_batch" {
+		t.Errorf("RetryReason(corrupt message) = %q; want corrupt_batch", got)
+	}
+	for _, err := range []error{errors.New("connection reset"), fmt.Errorf("kafka fetch: %w", kafka.NotLeaderForPartition)} {
+		if got := RetryReason(err); got != "fetch" {
+			t.Errorf("RetryReason(%v) = %q; want fetch", err, got)
+		}
 	}
 }
