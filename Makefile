@@ -92,7 +92,6 @@ fuzz:
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./parsers/ -run '^$$' -fuzz '^FuzzFinderCovers$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 	$(GO) test ./rules/ -run '^$$' -fuzz '^FuzzRulesParse$$' -fuzztime $(FUZZTIME_RULES) -fuzzminimizetime $(FUZZMIN)
-	$(GO) test ./pipeline/kafka/ -run '^$$' -fuzz '^FuzzDecodeBatches$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN)
 
 # promtool: deploy/prometheus rules through Debian's promtool (check and
 # unit tests) and amtool check-config; installs the packages when missing.

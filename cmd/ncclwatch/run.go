@@ -155,9 +155,9 @@ func runService(args []string, stderr io.Writer) int {
 	if pct, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(pct)
 	}
-	if limit, ok := memoryLimit(os.Getenv, os.ReadFile); ok {
+	if limit, ok := memoryLimit(os.Getenv, os.ReadFile, memoryBound(cfg.Pipeline)); ok {
 		debug.SetMemoryLimit(limit)
-		log.Info().Int64("bytes", limit).Msg("Go memory limit set to 85 % of the cgroup's (GOMEMLIMIT unset)")
+		log.Info().Int64("bytes", limit).Msg("Go memory limit set from the configured bounds, or 85 % of the cgroup's if lower (GOMEMLIMIT unset)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -205,20 +205,41 @@ func recordPrefilter(noTelemetry bool) func([]byte) bool {
 }
 
 // memoryLimitShare is the share of the container's memory limit that `run`
-// gives the Go heap's soft limit when GOMEMLIMIT is not set: with the GC
-// target of 200 % the heap may grow to three times what is live, and a
-// backlog's larger batches (pipeline.batch.backlog) hold more live, so in
-// a pod with a memory limit (deploy/kubernetes: 1.5 GiB) the runtime
-// collects harder near the limit instead of the kernel killing the
-// process there. 85 % leaves room for what is not heap (goroutine stacks,
-// the runtime's own, clickhouse-go's and kafka-go's buffers).
+// gives the Go heap's soft limit when GOMEMLIMIT is not set and the
+// configured bound (memoryBound) is higher: near the limit the runtime
+// collects harder instead of the kernel killing the process there. 85 %
+// leaves room for what is not heap (goroutine stacks, the runtime's own,
+// clickhouse-go's and kafka-go's buffers).
 const memoryLimitShare = 0.85
 
-// memoryLimit returns the soft memory limit to set for the service:
-// memoryLimitShare of the cgroup's memory limit (v2 memory.max, else v1
-// memory.limit_in_bytes), unless GOMEMLIMIT chooses one or there is no
-// limit.
-func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error)) (int64, bool) {
+// Parts of memoryBound (docs/configuration.md, "Memory", names each with
+// its setting): memoryBase is what does not scale with a setting of the
+// batch (the runtime, kafka-go's fetch and decompression buffers, the
+// queue, the live jobs' state, the insert's compressed blocks) with the
+// collector's room to work; batchRowBytes is one batch row with its share
+// of the insert's columns (a training_steps row is ~330 bytes in the
+// batch and as much again as columns).
+const (
+	memoryBase    = 150 << 20
+	batchRowBytes = 1 << 10
+)
+
+// memoryBound returns the Go heap `run` is held to at a configuration:
+// memoryBase and two batches (one filling, one being stored) of the larger
+// of the live and the backlog row limits. 250 MiB at the defaults: with
+// the GC target of 200 % the heap would grow to three times what is live
+// (~650–850 MB RSS on the load benchmark); held to the bound it collects
+// more often instead.
+func memoryBound(p pipeline.RunnerConfig) int64 {
+	rows := max(p.Batch.MaxRows, p.Batch.Backlog.MaxRows)
+	return memoryBase + 2*int64(rows)*batchRowBytes
+}
+
+// memoryLimit returns the soft memory limit to set for the service: bound,
+// or memoryLimitShare of the cgroup's memory limit (v2 memory.max, else v1
+// memory.limit_in_bytes) where that is lower; none when GOMEMLIMIT chooses
+// one.
+func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error), bound int64) (int64, bool) {
 	if getenv("GOMEMLIMIT") != "" {
 		return 0, false
 	}
@@ -229,13 +250,13 @@ func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, erro
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		// "max" (v2) or a huge number (v1: no limit, a page-rounded
-		// MaxInt64) leave the runtime's default.
+		// MaxInt64) leave the bound.
 		if err != nil || n <= 0 || n >= 1<<60 {
-			return 0, false
+			break
 		}
-		return int64(float64(n) * memoryLimitShare), true
+		return min(bound, int64(float64(n)*memoryLimitShare)), true
 	}
-	return 0, false
+	return bound, true
 }
 
 // serveOptions are what a caller of serve chooses beside the

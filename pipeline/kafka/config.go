@@ -77,20 +77,7 @@ type Config struct {
 	// QueueCapacity is the number of fetched messages buffered between the
 	// partition readers and the handler, all partitions together.
 	QueueCapacity int `yaml:"queue_capacity"`
-	// FetchDecoder is who decodes fetch responses: "native" (ncclwatch's
-	// record-batch decoder on kafka-go's connection, records.go) or
-	// "kafka-go" (its Batch reader, which spends more CPU per record on
-	// the load benchmark). A broker without Fetch v4, or
-	// a partition with message format v0/v1 data, is read through kafka-go
-	// either way.
-	FetchDecoder string `yaml:"fetch_decoder"`
 }
-
-// Fetch decoders (Config.FetchDecoder).
-const (
-	FetchNative  = "native"
-	FetchKafkaGo = "kafka-go"
-)
 
 // TLSConfig enables TLS towards the brokers; the broker's certificate
 // must name the dialled host (or tls.server_name).
@@ -136,7 +123,6 @@ func DefaultConfig() Config {
 		// 1024 records of 1–2 KiB keep the parser busy across fetches while
 		// holding a few MiB at most.
 		QueueCapacity: 1024,
-		FetchDecoder:  FetchNative,
 	}
 }
 
@@ -171,11 +157,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWait <= 0 {
 		errs = append(errs, errors.New("kafka.max_wait: must be > 0"))
-	}
-	switch c.FetchDecoder {
-	case FetchNative, FetchKafkaGo:
-	default:
-		errs = append(errs, fmt.Errorf("kafka.fetch_decoder: %q is not native or kafka-go", c.FetchDecoder))
 	}
 	// The broker takes timeouts in int32 milliseconds.
 	const maxMillis = time.Duration(1<<31-1) * time.Millisecond

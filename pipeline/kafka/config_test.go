@@ -56,7 +56,6 @@ func TestConfigValidate(t *testing.T) {
 		{"rebalance", func(c *Config) { c.RebalanceTimeout = 1 << 62 }, "kafka.rebalance_timeout: must be between"},
 		{"heartbeat", func(c *Config) { c.HeartbeatInterval = c.SessionTimeout }, "kafka.heartbeat_interval: must be < kafka.session_timeout"},
 		{"queue", func(c *Config) { c.QueueCapacity = 0 }, "kafka.queue_capacity: must be > 0"},
-		{"fetch decoder", func(c *Config) { c.FetchDecoder = "franz" }, `kafka.fetch_decoder: "franz" is not native or kafka-go`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := validConfig()

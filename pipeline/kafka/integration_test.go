@@ -20,13 +20,11 @@ func TestIntegrationBatchHandler(t *testing.T) { testConsumeAllWith(t, realBroke
 
 func TestIntegrationEmit(t *testing.T) { testEmit(t, realBrokers(t)) }
 
-func TestIntegrationEmitReusesArenas(t *testing.T) { testEmitReusesArenas(t, realBrokers(t)) }
-
 func TestIntegrationResumeAfterCommit(t *testing.T) { testResume(t, realBrokers(t)) }
 
 func TestIntegrationRebalance(t *testing.T) { testRebalance(t, realBrokers(t)) }
 
-func TestIntegrationFetchDecoders(t *testing.T) { testFetchDecoders(t, realBrokers(t)) }
+func TestIntegrationCodecs(t *testing.T) { testCodecs(t, realBrokers(t)) }
 
 // TestIntegrationEnsureTopic: replay's topic set-up on the real broker
 // (single node, auto.create.topics.enable=true as deploy/local configures).

@@ -2,13 +2,11 @@ package kafka
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -400,12 +398,10 @@ loop:
 	}
 }
 
-// testFetchDecoders: records written with every compression codec, some
-// with null keys, empty values, headers-free and large values, read by the
-// native fetch and by kafka-go's Batch reader: the same messages (offset,
-// key, value, time), every one, in order, each run released once copied
-// (testEmitReusesArenas is the test of buffers used again).
-func testFetchDecoders(t *testing.T, brokers []string) {
+// testCodecs: records written with every compression codec, some with
+// null keys, empty values and large values, read by the source: the same
+// messages (key, value, a time), every one, in order within a partition.
+func testCodecs(t *testing.T, brokers []string) {
 	for _, codec := range []string{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
 		t.Run(codec, func(t *testing.T) {
 			topic := newTopic(t, brokers, 2)
@@ -433,151 +429,34 @@ func testFetchDecoders(t *testing.T, brokers []string) {
 			}
 			p.Close()
 
-			var got [2][]Message
-			for i, dec := range []string{FetchNative, FetchKafkaGo} {
-				cfg := testConfig(brokers, topic, uniq("group"))
-				cfg.FetchDecoder = dec
-				// Runs of records, released once copied (batchRecorder),
-				// as the run loop releases them.
-				r := &batchRecorder{recorder: &recorder{t: t}}
-				src := mustSource(t, cfg)
-				stop := run(t, src, r)
-				waitFor(t, waitLong, dec+": all messages", func() bool { return len(r.messages()) >= n })
-				if err := stop(); err != nil {
-					t.Fatalf("%s: Run = %v", dec, err)
-				}
-				if nf := src.nativeFetches.Load(); (nf > 0) != (dec == FetchNative) {
-					t.Fatalf("%s: %d fetch responses read by the native decoder", dec, nf)
-				}
-				got[i] = r.messages()
-				checkContiguous(t, dec, got[i], nil)
-				slices.SortFunc(got[i], func(a, b Message) int {
-					return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
-				})
+			r := &batchRecorder{recorder: &recorder{t: t}}
+			src := mustSource(t, testConfig(brokers, topic, uniq("group")))
+			stop := run(t, src, r)
+			waitFor(t, waitLong, "all messages", func() bool { return len(r.messages()) >= n })
+			if err := stop(); err != nil {
+				t.Fatalf("Run = %v", err)
 			}
-			if len(got[0]) != n || len(got[1]) != n {
-				t.Fatalf("native read %d, kafka-go %d messages; want %d", len(got[0]), len(got[1]), n)
+			got := r.messages()
+			checkContiguous(t, codec, got, nil)
+			if len(got) != n {
+				t.Fatalf("read %d messages; want %d", len(got), n)
 			}
-			values := map[string]bool{}
-			for i := range got[0] {
-				a, b := got[0][i], got[1][i]
-				if a.Partition != b.Partition || a.Offset != b.Offset || !bytes.Equal(a.Key, b.Key) ||
-					!bytes.Equal(a.Value, b.Value) || !a.Time.Equal(b.Time) {
-					t.Fatalf("message %d: native %d/%d key %q value %.40q time %v; kafka-go %d/%d key %q value %.40q time %v",
-						i, a.Partition, a.Offset, a.Key, a.Value, a.Time, b.Partition, b.Offset, b.Key, b.Value, b.Time)
-				}
-				values[string(a.Value)] = true
-			}
+			type kv struct{ key, value string }
+			want := map[kv]int{}
 			for _, m := range msgs {
-				if !values[string(m.Value)] {
-					t.Fatalf("produced value %.40q not read", m.Value)
+				want[kv{string(m.Key), string(m.Value)}]++
+			}
+			for _, m := range got {
+				k := kv{string(m.Key), string(m.Value)}
+				if want[k] == 0 {
+					t.Fatalf("%d/%d: key %q value %.40q not produced (or read twice)", m.Partition, m.Offset, m.Key, m.Value)
+				}
+				want[k]--
+				if m.Time.IsZero() {
+					t.Fatalf("%d/%d: no time", m.Partition, m.Offset)
 				}
 			}
 		})
-	}
-}
-
-// testEmitReusesArenas: LZ4 and uncompressed batches read by the native
-// decoder through Emit come with a Release on every run; a consumer that
-// keeps the last few runs unreleased and releases the older ones sees each
-// kept run's records intact (buffers — decompressed batches, responses —
-// are used again meanwhile: poisoned when released in race-enabled
-// builds) and every record as produced.
-func testEmitReusesArenas(t *testing.T, brokers []string) {
-	for _, codec := range []string{CompressionLZ4, CompressionNone} {
-		t.Run(codec, func(t *testing.T) { testEmitReusesArenasOf(t, brokers, codec) })
-	}
-}
-
-func testEmitReusesArenasOf(t *testing.T, brokers []string, codec string) {
-	const calls, per = 40, 25
-	topic := newTopic(t, brokers, 2)
-	p := newCompressingProducer(t, brokers, topic, codec)
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	want := map[string]bool{}
-	for c := range calls {
-		// One produce call per few batches: many batches, many arenas.
-		msgs := make([]ProducerMessage, per)
-		for i := range msgs {
-			v := fmt.Sprintf("record %d of call %d %s", i, c, strings.Repeat("NCCL INFO ", (c*per+i)%50))
-			msgs[i] = ProducerMessage{Key: fmt.Appendf(nil, "pod-%d", i%4), Value: []byte(v)}
-			want[v] = true
-		}
-		if err := p.Produce(ctx, msgs); err != nil {
-			t.Fatalf("Produce: %v", err)
-		}
-	}
-	p.Close()
-
-	cfg := testConfig(brokers, topic, uniq("group"))
-	cfg.QueueCapacity = 16  // runs of 16: several per batch
-	cfg.MaxBytes = 16 << 10 // many responses: their buffers go round too
-	src := mustSource(t, cfg)
-	ectx, ecancel := context.WithCancel(context.Background())
-	defer ecancel()
-	in := make(chan pipeline.Input, 2)
-	errc := make(chan error, 1)
-	go func() { errc <- src.Emit(ectx, in, make(chan struct{}), nil) }()
-
-	type kept struct {
-		msgs    []pipeline.Message
-		values  []string
-		release func()
-	}
-	var window []kept
-	got := map[string]bool{}
-	takes := pooledTakes.Load()
-	check := func(k kept) {
-		t.Helper()
-		for i, m := range k.msgs {
-			if string(m.Value) != k.values[i] {
-				t.Fatalf("%s/%d@%d changed before its run was released: %.40q, was %.40q", m.Topic, m.Partition, m.Offset, m.Value, k.values[i])
-			}
-		}
-	}
-	deadline := time.After(waitLong)
-	for len(got) < calls*per {
-		select {
-		case x := <-in:
-			switch x.Kind {
-			case pipeline.InputAssigned, pipeline.InputRevoked:
-				x.Done <- nil
-				continue
-			}
-			if x.Messages == nil || x.Release == nil {
-				t.Fatalf("a run of %d records without Release (single %v): the native decoder's runs are released", len(x.Messages), x.Messages == nil)
-			}
-			k := kept{msgs: x.Messages, release: x.Release}
-			for _, m := range x.Messages {
-				k.values = append(k.values, string(m.Value))
-				got[string(m.Value)] = true
-			}
-			window = append(window, k)
-			if len(window) > 3 {
-				check(window[0])
-				window[0].release()
-				window[0].release() // a second call does nothing
-				window = window[1:]
-			}
-		case <-deadline:
-			t.Fatalf("%d of %d records within %v", len(got), calls*per, waitLong)
-		}
-	}
-	for _, k := range window {
-		check(k)
-		k.release()
-	}
-	stopEmit(t, ecancel, in, errc)
-	for v := range want {
-		if !got[v] {
-			t.Fatalf("produced %.40q, not read", v)
-		}
-	}
-	if n := pooledTakes.Load() - takes; n == 0 {
-		t.Errorf("no buffer was used again")
-	} else {
-		t.Logf("%d buffers used again", n)
 	}
 }
 

@@ -103,6 +103,17 @@ type BatchHandler interface {
 	Messages(ctx context.Context, ms []Message, release func()) error
 }
 
+// RetryReason names the kind of an error the source retries (the reason
+// label of ncclwatch_source_retries_total): "corrupt_batch" when the
+// broker reports a corrupt message (error 2, CORRUPT_MESSAGE), "fetch"
+// for the rest.
+func RetryReason(err error) string {
+	if errors.Is(err, kafka.InvalidMessage) {
+		return "corrupt_batch"
+	}
+	return "fetch"
+}
+
 // RetryObserver is implemented by a Handler that wants to hear of the
 // errors Run retries by itself: a group join that failed, a broker that
 // cannot be reached. Run calls Retrying from the same goroutine as the
@@ -132,9 +143,19 @@ type Source struct {
 	// queued counts the messages in queue (updated after a send and a
 	// receive, so it may be off by a chunk for a moment).
 	queued atomic.Int64
-	// nativeFetches counts the fetch responses the native decoder read
-	// (tests: that it, not kafka-go, read them).
-	nativeFetches atomic.Int64
+	// throttled counts the fetch responses that asked for a pause, and
+	// throttleNanos their pauses (Stats).
+	throttled     atomic.Int64
+	throttleNanos atomic.Int64
+}
+
+// Stats are a Source's fetch counters since NewSource.
+type Stats struct {
+	// ThrottledFetches counts the fetch responses whose broker asked for a
+	// pause (a quota's throttle_time_ms) that the partition reader kept
+	// before its next fetch; ThrottleTime is those pauses' sum.
+	ThrottledFetches int64
+	ThrottleTime     time.Duration
 }
 
 // generation is one assignment of partitions to this member.
@@ -369,7 +390,7 @@ func (s *Source) deliver(ctx context.Context, q <-chan chunk, fatal, warn <-chan
 			}
 			s.observe(c.msgs[len(c.msgs)-1])
 			if bh != nil {
-				if err := bh.Messages(ctx, c.msgs, c.releaser()); err != nil {
+				if err := bh.Messages(ctx, c.msgs, nil); err != nil {
 					return deliveryError(ctx, c.msgs[0], err)
 				}
 				continue
@@ -541,6 +562,11 @@ func (s *Source) Lag() map[TopicPartition]int64 {
 // and the queue's capacity, for the metrics.
 func (s *Source) QueueLen() (length, capacity int) {
 	return int(max(s.queued.Load(), 0)), s.cfg.QueueCapacity
+}
+
+// Stats returns the source's fetch counters since NewSource.
+func (s *Source) Stats() Stats {
+	return Stats{ThrottledFetches: s.throttled.Load(), ThrottleTime: time.Duration(s.throttleNanos.Load())}
 }
 
 // Close stops a running Run and waits for it to return (Revoked is called,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -14,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -30,9 +33,7 @@ func TestRebalance(t *testing.T) { testRebalance(t, newFake(t)) }
 
 func TestEmit(t *testing.T) { testEmit(t, newFake(t)) }
 
-func TestFetchDecoders(t *testing.T) { testFetchDecoders(t, newFake(t)) }
-
-func TestEmitReusesArenas(t *testing.T) { testEmitReusesArenas(t, newFake(t)) }
+func TestCodecs(t *testing.T) { testCodecs(t, newFake(t)) }
 
 // TestBackpressure blocks the handler with a one-message queue: nothing is
 // delivered meanwhile, delivery resumes when the handler does, and a
@@ -433,3 +434,82 @@ func (b *batchRecorder) Messages(ctx context.Context, ms []Message, release func
 
 // TestBatchHandler consumes through a BatchHandler (the run loop's way).
 func TestBatchHandler(t *testing.T) { testConsumeAllWith(t, newFake(t), true) }
+
+// TestFetchThrottle: a broker whose quota throttles this client answers a
+// fetch at once with throttle_time_ms (Fetch v8+, KIP-219); the partition
+// reader sends that broker no further fetch before the pause is over,
+// counts the pause in Stats, and then reads every record.
+func TestFetchThrottle(t *testing.T) {
+	const n, throttle = 50, 600 * time.Millisecond
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("kfake.NewCluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	topic := newTopic(t, brokers, 1)
+	produce(t, brokers, topic, 0, n)
+
+	var (
+		mu      sync.Mutex
+		fetches []time.Time // of the topic's fetches, the throttled one first
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		if len(fr.Topics) != 1 || fr.Topics[0].Topic != topic {
+			return nil, nil, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fetches = append(fetches, time.Now())
+		if len(fetches) > 1 {
+			return nil, nil, false // kfake answers with the records
+		}
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ThrottleMillis = int32(throttle / time.Millisecond)
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = topic
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.Partition = fr.Topics[0].Partitions[0].Partition
+		rp.HighWatermark = n
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+
+	cfg := testConfig(brokers, topic, uniq("group"))
+	r := &recorder{t: t}
+	src := mustSource(t, cfg)
+	stop := run(t, src, r)
+	waitFor(t, waitLong, "all messages", func() bool { return len(r.messages()) >= n })
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	checkContiguous(t, "consumer", r.messages(), nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fetches) < 2 {
+		t.Fatalf("%d fetches of the topic; want the throttled one and more", len(fetches))
+	}
+	if gap := fetches[1].Sub(fetches[0]); gap < throttle {
+		t.Errorf("next fetch %v after the throttled response; want >= %v", gap, throttle)
+	}
+	s := src.Stats()
+	if s.ThrottledFetches != 1 || s.ThrottleTime != throttle {
+		t.Errorf("Stats = %+v; want 1 fetch throttled for %v", s, throttle)
+	}
+}
+
+// TestRetryReason: a broker's corrupt-message error is told apart from
+// other fetch errors.
+func TestRetryReason(t *testing.T) {
+	if got := RetryReason(fmt.Errorf("kafka fetch logs/3: %w", kafka.InvalidMessage)); got != "corrupt_batch" {
+		t.Errorf("RetryReason(corrupt message) = %q; want corrupt_batch", got)
+	}
+	for _, err := range []error{errors.New("connection reset"), fmt.Errorf("kafka fetch: %w", kafka.NotLeaderForPartition)} {
+		if got := RetryReason(err); got != "fetch" {
+			t.Errorf("RetryReason(%v) = %q; want fetch", err, got)
+		}
+	}
+}

@@ -1,6 +1,0 @@
-//go:build !race
-
-package kafka
-
-// poisonReleased: see poison_race.go.
-const poisonReleased = false
