@@ -138,9 +138,11 @@ func TestMigrationsNumbered(t *testing.T) {
 			}
 			prev = m.Version
 			for _, s := range m.Stmts {
-				// ADD COLUMN: Migrate skips it where the column exists.
+				// ADD COLUMN: Migrate skips it where the column exists;
+				// a copy, where its source holds no rows any more.
 				_, _, _, add := addedColumn(render(s, "nw", ""))
-				if !strings.Contains(s, "IF NOT EXISTS") && !strings.HasPrefix(s, "DROP TABLE IF EXISTS ") && !add {
+				_, _, copied := copySource(render(s, "nw", ""))
+				if !strings.Contains(s, "IF NOT EXISTS") && !strings.HasPrefix(s, "DROP TABLE IF EXISTS ") && !add && !copied {
 					t.Errorf("%s: migration %d is not idempotent: %s", v, m.Version, s)
 				}
 			}
