@@ -435,9 +435,13 @@ ORDER BY version`,
 // idempotent) but may record a version twice, which schema_migrations
 // (a ReplacingMergeTree on version) folds.
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
-	db, cluster := c.cfg.Database, c.cfg.Cluster
+	return c.migrate(ctx, migrations(c.features))
+}
+
+// migrate is Migrate with the migrations ms.
+func (c *ClickHouse) migrate(ctx context.Context, ms []migration) (applied []int, err error) {
 	for _, stmt := range setupStmts {
-		for _, s := range expand(stmt, db, cluster) {
+		for _, s := range expand(stmt, c.cfg.Database, c.cfg.Cluster) {
 			if err := c.exec(ctx, s); err != nil {
 				return nil, fmt.Errorf("clickhouse migrate: %w", err)
 			}
@@ -448,54 +452,12 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse migrate: %w", err)
 	}
-	for _, m := range migrations(c.features) {
+	for _, m := range ms {
 		if done[m.Version] {
 			continue
 		}
-		for _, stmt := range m.Stmts {
-			for _, s := range expand(stmt, db, cluster) {
-				if d, t, ok := copySource(s); ok {
-					// A copy runs while its source still holds the rows:
-					// a re-run after the source was replaced skips it.
-					holds, err := c.holdsRows(ctx, d, t)
-					if err != nil {
-						return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-					}
-					if !holds {
-						continue
-					}
-					if err := c.execCopy(ctx, s); err != nil {
-						// Another instance migrating at the same time may
-						// have copied the rows and replaced the source
-						// meanwhile (it drops it only after its copy).
-						if holds, herr := c.holdsRows(ctx, d, t); herr == nil && !holds {
-							continue
-						}
-						return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-					}
-					continue
-				}
-				d, t, col, add := addedColumn(s)
-				if add {
-					has, err := c.hasColumn(ctx, d, t, col)
-					if err != nil {
-						return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-					}
-					if has {
-						continue // added before an interruption
-					}
-				}
-				if err := c.exec(ctx, s); err != nil {
-					if add {
-						// Another instance migrating at the same time may
-						// have added it since the check.
-						if has, herr := c.hasColumn(ctx, d, t, col); herr == nil && has {
-							continue
-						}
-					}
-					return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-				}
-			}
+		if err := c.apply(ctx, m); err != nil {
+			return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
 		}
 		if err := c.recordMigration(ctx, m.Version); err != nil {
 			return applied, fmt.Errorf("clickhouse migrate %d (%s): record: %w", m.Version, m.Name, err)
@@ -503,6 +465,57 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// apply runs the statements of m, skipping those done before an
+// interruption or by another instance migrating at the same time.
+func (c *ClickHouse) apply(ctx context.Context, m migration) error {
+	for _, stmt := range m.Stmts {
+		for _, s := range expand(stmt, c.cfg.Database, c.cfg.Cluster) {
+			if d, t, ok := copySource(s); ok {
+				// A copy runs while its source still holds the rows:
+				// a re-run after the source was replaced skips it.
+				holds, err := c.holdsRows(ctx, d, t)
+				if err != nil {
+					return err
+				}
+				if !holds {
+					continue
+				}
+				if err := c.execCopy(ctx, s); err != nil {
+					// Another instance migrating at the same time may
+					// have copied the rows and replaced the source
+					// meanwhile (it drops it only after its copy).
+					if holds, herr := c.holdsRows(ctx, d, t); herr == nil && !holds {
+						continue
+					}
+					return err
+				}
+				continue
+			}
+			d, t, col, add := addedColumn(s)
+			if add {
+				has, err := c.hasColumn(ctx, d, t, col)
+				if err != nil {
+					return err
+				}
+				if has {
+					continue // added before an interruption
+				}
+			}
+			if err := c.exec(ctx, s); err != nil {
+				if add {
+					// Another instance migrating at the same time may
+					// have added it since the check.
+					if has, herr := c.hasColumn(ctx, d, t, col); herr == nil && has {
+						continue
+					}
+				}
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // CheckSchema verifies that every migration of this binary is recorded in
