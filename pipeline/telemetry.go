@@ -233,13 +233,17 @@ type TrainingStep struct {
 	// (the latest "Using network" of the job), "" before any.
 	Network      string
 	NetworkClass string
-	StepTime     float64 // seconds
-	TokensPerS   float64
-	SamplesPerS  float64
-	ItPerS       float64
-	TFLOPs       float64
-	MFU          float64 // percent
-	Loss         float64
+	// Series is the key of the row's series (SeriesKey): storage keeps
+	// the row's figures under it, and the strings above once per key.
+	// JSON lines keep the strings and leave it out.
+	Series      uint64  `json:"-"`
+	StepTime    float64 // seconds
+	TokensPerS  float64
+	SamplesPerS float64
+	ItPerS      float64
+	TFLOPs      float64
+	MFU         float64 // percent
+	Loss        float64
 }
 
 // NCCLTestRun is one nccl-tests result of a job, as stored in the

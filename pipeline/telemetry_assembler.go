@@ -152,8 +152,9 @@ type telJob struct {
 	ncclHosts []string
 	ncclRanks int
 	network   string
-	ckpts     []*ckptSeries // checkpoint series, pipeline/checkpoint.go
-	colls     []*collStat   // Inspector records' summaries, pipeline/collective.go
+	ckpts     []*ckptSeries  // checkpoint series, pipeline/checkpoint.go
+	colls     []*collStat    // Inspector records' summaries, pipeline/collective.go
+	keys      seriesKeyCache // series keys of its training_steps rows
 }
 
 // Len returns the number of jobs held.

@@ -214,6 +214,9 @@ func (a *TelemetryAssembler) Restore(topic string, part int32, at int64, state [
 		// Not in any batch: the first line counted after the restore
 		// appends it.
 		o.row, o.idx = r.Row, math.MaxInt
+		// A snapshot written before rows carried their series key
+		// reads back without it.
+		o.row.Series = SeriesKey(&o.row)
 		pf.setRow(foldKey{job: r.Job, framework: r.Framework, kind: r.Kind, step: r.Step}, o)
 		if pf.first < 0 || r.Row.Source.Offset < pf.first {
 			pf.first = r.Row.Source.Offset

@@ -343,6 +343,7 @@ func (j *telJob) stepRow(r *TrainingStep, m *rowMeta, tl *TelemetryLine, step in
 	if j.network != "" {
 		r.NetworkClass = NetworkClass(j.network)
 	}
+	r.Series = j.keys.key(r)
 }
 
 func (s *series) report(network string) TrainingReport {

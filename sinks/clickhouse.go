@@ -166,6 +166,10 @@ type ClickHouse struct {
 
 	batches, rows, failures atomic.Uint64
 	strSizes                strSizes
+	// series are the training step series this sink sent; tables are
+	// the tables Consume writes, the series table listing from series.
+	series sentSeries
+	tables []table
 }
 
 // ClickHouseOption sets what a ClickHouse sink reports to at construction.

@@ -25,9 +25,20 @@ import (
 // is harmless, since storage folds rows with equal coordinates or keys.
 // Consume does not keep b.
 func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
-	all := allTables()
-	for i := range all {
-		t := &all[i]
+	if c.tables == nil {
+		c.tables = tablesOf(c.series.planned)
+	}
+	// The series of b's training steps this process has not sent: their
+	// table is written before the rows that name them.
+	c.series.plan(b)
+	seriesStored := false
+	defer func() {
+		if !seriesStored {
+			c.series.forget()
+		}
+	}()
+	for i := range c.tables {
+		t := &c.tables[i]
 		n := t.rows(b)
 		if n == 0 {
 			continue
@@ -35,6 +46,10 @@ func (c *ClickHouse) Consume(ctx context.Context, b *pipeline.Batch) error {
 		if err := c.insert(ctx, t, b, n); err != nil {
 			c.failures.Add(1)
 			return err
+		}
+		if t.name == seriesTableName {
+			c.series.stored()
+			seriesStored = true
 		}
 		c.rows.Add(uint64(n))
 	}

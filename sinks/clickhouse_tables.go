@@ -60,14 +60,21 @@ func (t *table) token(b *pipeline.Batch) string {
 }
 
 // allTables lists every table Consume writes: the core ones here, then
-// those of sinks/alerts.go, sinks/telemetry.go, sinks/checkpoint.go,
+// those of sinks/alerts.go, the series of the training steps
+// (sinks/series.go), those of sinks/telemetry.go, sinks/checkpoint.go,
 // sinks/inspector.go and sinks/folds.go (last: a snapshot goes with the
-// batch's commit).
-func allTables() []table {
-	out := make([]table, 0, len(tables)+len(alertTables)+len(telemetryTables)+len(checkpointTables)+
+// batch's commit). The series table gets every series of a batch; a sink
+// sends only those it has not sent (tablesOf).
+func allTables() []table { return tablesOf(everySeries) }
+
+// tablesOf is allTables with the series table's rows of a batch listed by
+// series (a series strictly before the training step rows that name it).
+func tablesOf(series func(b *pipeline.Batch) []int32) []table {
+	out := make([]table, 0, len(tables)+len(alertTables)+1+len(telemetryTables)+len(checkpointTables)+
 		len(inspectorTables)+len(foldTables))
 	out = append(out, tables...)
 	out = append(out, alertTables...)
+	out = append(out, seriesTable(series))
 	out = append(out, telemetryTables...)
 	out = append(out, checkpointTables...)
 	out = append(out, inspectorTables...)

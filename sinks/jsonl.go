@@ -95,8 +95,8 @@ func (s *JSONLines) write(table string, n int, row func(int) any) error {
 
 // nanToNull turns a value into what encoding/json writes for it, with NaN
 // and infinite floats as null. Structs become objects keyed by field name
-// (the rows have no JSON tags); values that marshal themselves (time.Time)
-// are kept.
+// (the rows' only JSON tag is "-", a field left out); values that marshal
+// themselves (time.Time) are kept.
 func nanToNull(v reflect.Value) any {
 	if v.CanInterface() {
 		if m, ok := v.Interface().(json.Marshaler); ok {
@@ -113,7 +113,7 @@ func nanToNull(v reflect.Value) any {
 	case reflect.Struct:
 		out := make(map[string]any, v.NumField())
 		for i := 0; i < v.NumField(); i++ {
-			if f := v.Type().Field(i); f.IsExported() {
+			if f := v.Type().Field(i); f.IsExported() && f.Tag.Get("json") != "-" {
 				out[f.Name] = nanToNull(v.Field(i))
 			}
 		}

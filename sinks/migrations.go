@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -64,9 +66,11 @@ func parseVersion(v string) (major, minor int, err error) {
 // migration is one numbered schema change. Its statements hold the
 // placeholders {db} (the database) and {on_cluster} (" ON CLUSTER '…'" or
 // nothing); render fills them in. Every statement is idempotent (IF NOT
-// EXISTS, DROP … IF EXISTS, or an ADD COLUMN that Migrate skips where the
-// column exists), so a migration interrupted half-way is safe to apply
-// again.
+// EXISTS, DROP … IF EXISTS, an ADD COLUMN that Migrate skips where the
+// column exists, or an INSERT … SELECT that copies into a
+// ReplacingMergeTree and that Migrate skips where its source holds no rows
+// of its own any more, copySource), so a migration interrupted half-way is
+// safe to apply again.
 type migration struct {
 	Version int
 	Name    string
@@ -431,9 +435,13 @@ ORDER BY version`,
 // idempotent) but may record a version twice, which schema_migrations
 // (a ReplacingMergeTree on version) folds.
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
-	db, cluster := c.cfg.Database, c.cfg.Cluster
+	return c.migrate(ctx, migrations(c.features))
+}
+
+// migrate is Migrate with the migrations ms.
+func (c *ClickHouse) migrate(ctx context.Context, ms []migration) (applied []int, err error) {
 	for _, stmt := range setupStmts {
-		for _, s := range expand(stmt, db, cluster) {
+		for _, s := range expand(stmt, c.cfg.Database, c.cfg.Cluster) {
 			if err := c.exec(ctx, s); err != nil {
 				return nil, fmt.Errorf("clickhouse migrate: %w", err)
 			}
@@ -444,33 +452,12 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse migrate: %w", err)
 	}
-	for _, m := range migrations(c.features) {
+	for _, m := range ms {
 		if done[m.Version] {
 			continue
 		}
-		for _, stmt := range m.Stmts {
-			for _, s := range expand(stmt, db, cluster) {
-				d, t, col, add := addedColumn(s)
-				if add {
-					has, err := c.hasColumn(ctx, d, t, col)
-					if err != nil {
-						return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-					}
-					if has {
-						continue // added before an interruption
-					}
-				}
-				if err := c.exec(ctx, s); err != nil {
-					if add {
-						// Another instance migrating at the same time may
-						// have added it since the check.
-						if has, herr := c.hasColumn(ctx, d, t, col); herr == nil && has {
-							continue
-						}
-					}
-					return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
-				}
-			}
+		if err := c.apply(ctx, m); err != nil {
+			return applied, fmt.Errorf("clickhouse migrate %d (%s): %w", m.Version, m.Name, err)
 		}
 		if err := c.recordMigration(ctx, m.Version); err != nil {
 			return applied, fmt.Errorf("clickhouse migrate %d (%s): record: %w", m.Version, m.Name, err)
@@ -478,6 +465,57 @@ func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// apply runs the statements of m, skipping those done before an
+// interruption or by another instance migrating at the same time.
+func (c *ClickHouse) apply(ctx context.Context, m migration) error {
+	for _, stmt := range m.Stmts {
+		for _, s := range expand(stmt, c.cfg.Database, c.cfg.Cluster) {
+			if d, t, ok := copySource(s); ok {
+				// A copy runs while its source still holds the rows:
+				// a re-run after the source was replaced skips it.
+				holds, err := c.holdsRows(ctx, d, t)
+				if err != nil {
+					return err
+				}
+				if !holds {
+					continue
+				}
+				if err := c.execCopy(ctx, s); err != nil {
+					// Another instance migrating at the same time may
+					// have copied the rows and replaced the source
+					// meanwhile (it drops it only after its copy).
+					if holds, herr := c.holdsRows(ctx, d, t); herr == nil && !holds {
+						continue
+					}
+					return err
+				}
+				continue
+			}
+			d, t, col, add := addedColumn(s)
+			if add {
+				has, err := c.hasColumn(ctx, d, t, col)
+				if err != nil {
+					return err
+				}
+				if has {
+					continue // added before an interruption
+				}
+			}
+			if err := c.exec(ctx, s); err != nil {
+				if add {
+					// Another instance migrating at the same time may
+					// have added it since the check.
+					if has, herr := c.hasColumn(ctx, d, t, col); herr == nil && has {
+						continue
+					}
+				}
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // CheckSchema verifies that every migration of this binary is recorded in
@@ -501,6 +539,17 @@ func (c *ClickHouse) CheckSchema(ctx context.Context) error {
 			c.cfg.Database, missing, strings.Join(c.cfg.Addr, ","), c.cfg.Database))
 	}
 	return nil
+}
+
+// execCopy runs a migration's INSERT … SELECT. On a cluster the
+// Distributed table writes each shard's rows before it returns, as the
+// sink's inserts do (insertSettings), not later from the local disk of
+// the server that ran it.
+func (c *ClickHouse) execCopy(ctx context.Context, stmt string) error {
+	if c.cfg.Cluster != "" {
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+	}
+	return c.exec(ctx, stmt)
 }
 
 func (c *ClickHouse) exec(ctx context.Context, stmt string) error {

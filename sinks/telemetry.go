@@ -3,9 +3,7 @@ package sinks
 import (
 	"io"
 	"math"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -13,51 +11,10 @@ import (
 )
 
 // telemetryTables are the tables of job telemetry (training steps,
-// nccl-tests results); Consume writes them after the core tables.
+// nccl-tests results); Consume writes them after the core tables and the
+// series of the batch's training steps (seriesTable).
 var telemetryTables = []table{
-	{
-		name: "training_steps",
-		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "job", "namespace", "cluster", "pod", "node",
-			"pool", "model", "framework", "kind", "rank", "step", "ranks", "network", "network_class", "step_time_s", "tokens_per_s",
-			"samples_per_s", "it_per_s", "tflops", "mfu", "loss"},
-		rows: func(b *pipeline.Batch) int { return len(b.Steps) },
-		cols: func(c *columns, b *pipeline.Batch, _ *ClickHouseConfig) {
-			st := b.Steps
-			sourceColumns(c, func(j int) *pipeline.Source { return &st[j].Source })
-			col(c, func(j int) time.Time { return clampTime(st[j].Time) })
-			col(c, func(j int) string { return st[j].Job })
-			col(c, func(j int) string { return st[j].Namespace })
-			col(c, func(j int) string { return st[j].Cluster })
-			col(c, func(j int) string { return st[j].Pod })
-			col(c, func(j int) string { return st[j].Node })
-			col(c, func(j int) string { return st[j].Pool })
-			col(c, func(j int) string { return st[j].Model })
-			col(c, func(j int) string { return st[j].Framework })
-			col(c, func(j int) string { return st[j].Kind })
-			col(c, func(j int) int32 { return int32(clamp(st[j].Rank, -1<<31, 1<<31-1)) })
-			col(c, func(j int) int64 { return st[j].Step })
-			col(c, func(j int) uint32 { return uint32(clamp(st[j].Ranks, 1, 1<<32-1)) })
-			col(c, func(j int) string { return st[j].Network })
-			col(c, func(j int) string { return st[j].NetworkClass })
-			col(c, func(j int) *float64 { return nullFP(&st[j].StepTime) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].TokensPerS) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].SamplesPerS) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].ItPerS) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].TFLOPs) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].MFU) })
-			col(c, func(j int) *float64 { return nullFP(&st[j].Loss) })
-		},
-		// A row is written again as its count grows (pipeline.
-		// TrainingStep.Ranks): the count is part of its identity here, or
-		// the server would drop the update as a repeat.
-		key: func(b *pipeline.Batch, h io.Writer) {
-			var buf [12]byte
-			for i := range b.Steps {
-				writeSource(h, b.Steps[i].Source)
-				h.Write(strconv.AppendInt(buf[:0], int64(b.Steps[i].Ranks), 10))
-			}
-		},
-	},
+	stepRowsTable,
 	{
 		name: "nccl_test_results",
 		columns: []string{"topic", "`partition`", "`offset`", "line", "time", "job", "namespace", "cluster", "pod", "node",
@@ -209,7 +166,7 @@ ANY LEFT JOIN
 		"quantileExact(0.9)(step_time_s) AS", "quantileExactWeighted(0.9)(step_time_s, ranks) AS",
 	).Replace(seriesView)
 
-	return []migration{
+	out := []migration{
 		{Version: 20, Name: "training_steps", Stmts: []string{`CREATE TABLE IF NOT EXISTS {db}.training_steps{on_cluster}
 (
 ` + coords + who + `    model ` + lc + `,
@@ -334,4 +291,5 @@ ANY LEFT JOIN
     FROM {db}.job_verdicts
 ) AS r USING (cluster, namespace, job)`}},
 	}
+	return append(out, stepSeriesMigrations(f)...)
 }
