@@ -173,7 +173,9 @@ func (t *Telemetry) telemetry(rest []byte, p Prefix, tl *pipeline.TelemetryLine)
 
 // marked is telemetry of rest (trimmed, not empty) with its markers m.
 func (t *Telemetry) marked(rest []byte, p Prefix, tl *pipeline.TelemetryLine, m uint64) bool {
-	if t.ckpt.parse(rest, &tl.Checkpoint, m) {
+	// tl is reset: a line without a checkpoint marker leaves tl.Checkpoint
+	// as the checkpoint parser would (blank), without its resets.
+	if m&checkpointMarks != 0 && t.ckpt.parse(rest, &tl.Checkpoint, m) {
 		tl.Kind, tl.Rank = pipeline.TelemetryCheckpoint, p.Rank
 		return true
 	}
@@ -301,6 +303,9 @@ const (
 	markNCCLInfo
 	markProgress
 )
+
+// checkpointMarks are the bits of the checkpoint markers in a lineSet mask.
+const checkpointMarks = 1<<markCheckpointLower | 1<<markCheckpointUpper | 1<<markSavingModelTo | 1<<markRestoringParameters
 
 func lineSpecs() []tokenSpec {
 	specs := []tokenSpec{{tok: tokCheckpointLower}, {tok: tokCheckpointUpper}, {tok: tokSavingModelTo}, {tok: tokRestoringParameters}, {tok: tokNCCLInfo}}
