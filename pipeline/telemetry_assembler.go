@@ -128,7 +128,15 @@ type TelemetryAssembler struct {
 	lastJob    *telJob
 	lastPart   partKey
 	lastFold   *partFold
-	meta       rowMeta
+	// meta is the row metadata of metaOf (nil: of a line without
+	// metadata) while the inventory's generation is metaGen; metaSet
+	// says it was built. Meta values are shared and immutable, and the
+	// lines of a partition mostly come from a few pods, so the label and
+	// inventory lookups run when the pod changes, not per line.
+	meta    rowMeta
+	metaOf  *Meta
+	metaGen uint64
+	metaSet bool
 	// retired holds (in Collectives) the changed collective_perf rows of
 	// windows that ended where no batch was at hand (Hold, Restore):
 	// EmitCollectives writes them out.
@@ -154,6 +162,9 @@ type telJob struct {
 	network   string
 	ckpts     []*ckptSeries // checkpoint series, pipeline/checkpoint.go
 	colls     []*collStat   // Inspector records' summaries, pipeline/collective.go
+	// netClass is NetworkClass(netClassOf), kept for the rows of the
+	// job's network (networkClass).
+	netClass, netClassOf string
 }
 
 // Len returns the number of jobs held.
@@ -293,9 +304,15 @@ type rowMeta struct {
 	canary      bool
 }
 
-// rowMeta returns the row metadata of m, valid until the next call.
+// rowMeta returns the row metadata of m, valid until the next call; the
+// caller must not change it.
 func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
 	r := &a.meta
+	gen := a.inv.Gen()
+	if a.metaSet && a.metaOf == m && a.metaGen == gen {
+		return r
+	}
+	a.metaOf, a.metaGen, a.metaSet = m, gen, true
 	if m == nil {
 		*r = rowMeta{}
 		return r

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -355,5 +357,49 @@ func BenchmarkTelemetryLineReset(b *testing.B) {
 	}
 	if l.Rank != -1 || !math.IsNaN(l.Loss) {
 		b.Fatalf("reset line %+v", l)
+	}
+}
+
+// TestTelemetryRowMetaReload: the rows of a pod's lines take their pool
+// from the inventory as it is at each line, and their labels from each
+// line's own metadata, though Add keeps what it derived for the last one.
+func TestTelemetryRowMetaReload(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "inv.yaml")
+	write := func(pool string) {
+		if err := os.WriteFile(p, []byte("nodes:\n  - node: n1\n    pool: "+pool+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p1")
+	inv, err := LoadInventory(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewTelemetryAssembler(DefaultTelemetryAssemblerConfig(), inv)
+	meta := &Meta{Job: "j", Pod: "j-0", Node: "n1"}
+	other := &Meta{Job: "j", Pod: "j-1", Node: "n1", Labels: map[string]string{LabelPool: "labelled", LabelModel: "m7"}}
+	var b Batch
+	add := func(m *Meta, step int64) TrainingStep {
+		a.Add("j", m, stepLine(FrameworkMegatron, step, 1), t0, Source{Topic: "logs", Offset: step}, &b)
+		return b.Steps[len(b.Steps)-1]
+	}
+	if r := add(meta, 1); r.Pool != "p1" || r.Pod != "j-0" {
+		t.Errorf("first row: pool %q, pod %q; want p1, j-0", r.Pool, r.Pod)
+	}
+	write("pool-two")
+	if ok, err := inv.Reload(); !ok || err != nil {
+		t.Fatalf("Reload() = %v, %v", ok, err)
+	}
+	if r := add(meta, 2); r.Pool != "pool-two" {
+		t.Errorf("row after reload: pool %q; want pool-two", r.Pool)
+	}
+	if r := add(other, 3); r.Pool != "labelled" || r.Model != "m7" || r.Pod != "j-1" {
+		t.Errorf("other pod's row: pool %q, model %q, pod %q; want labelled, m7, j-1", r.Pool, r.Model, r.Pod)
+	}
+	if r := add(nil, 4); r.Pool != "" || r.Pod != "" {
+		t.Errorf("row without metadata: pool %q, pod %q; want none", r.Pool, r.Pod)
+	}
+	if r := add(meta, 5); r.Pool != "pool-two" || r.Model != "" {
+		t.Errorf("first pod's row again: pool %q, model %q; want pool-two, no model", r.Pool, r.Model)
 	}
 }
