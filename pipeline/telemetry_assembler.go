@@ -158,10 +158,12 @@ type telJob struct {
 	runs      []*testRun // oldest first; the last may be open
 	dropped   int        // runs dropped by MaxRunsPerJob
 	ncclHosts []string
-	ncclRanks int
-	network   string
-	ckpts     []*ckptSeries // checkpoint series, pipeline/checkpoint.go
-	colls     []*collStat   // Inspector records' summaries, pipeline/collective.go
+	// ncclHostSet holds ncclHosts once they are more than hostScan.
+	ncclHostSet map[string]struct{}
+	ncclRanks   int
+	network     string
+	ckpts       []*ckptSeries // checkpoint series, pipeline/checkpoint.go
+	colls       []*collStat   // Inspector records' summaries, pipeline/collective.go
 	// netClass is NetworkClass(netClassOf), kept for the rows of the
 	// job's network (networkClass).
 	netClass, netClassOf string
@@ -221,7 +223,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			j.ncclRanks = tl.NRanks
 		}
 		if len(tl.Host) > 0 {
-			j.ncclHosts = addHost(j.ncclHosts, tl.Host, a.cfg.MaxHostsPerRun)
+			j.addNCCLHost(tl.Host, a.cfg.MaxHostsPerRun)
 		}
 	case tl.Kind == TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -401,5 +402,26 @@ func TestTelemetryRowMetaReload(t *testing.T) {
 	}
 	if r := add(meta, 5); r.Pool != "pool-two" || r.Model != "" {
 		t.Errorf("first pod's row again: pool %q, model %q; want pool-two, no model", r.Pool, r.Model)
+	}
+}
+
+// TestAddNCCLHost: a job's NCCL hosts are kept once each, in the order
+// first seen, up to the limit, past the few a pass serves as well.
+func TestAddNCCLHost(t *testing.T) {
+	for _, limit := range []int{3, hostScan, 20, 1024} {
+		var j telJob
+		var want []string
+		for round := range 3 {
+			for i := range 30 {
+				h := fmt.Sprintf("node-%02d", (i*7)%30)
+				j.addNCCLHost([]byte(h), limit)
+				if round == 0 && len(want) < limit && !slices.Contains(want, h) {
+					want = append(want, h)
+				}
+			}
+		}
+		if !slices.Equal(j.ncclHosts, want) {
+			t.Errorf("limit %d: hosts %q; want %q", limit, j.ncclHosts, want)
+		}
 	}
 }
