@@ -176,16 +176,17 @@ type Decoder struct {
 	key   []byte // unescaped object key
 	val   []byte // unescaped string value (metadata, times)
 	stack []byte // open containers while skipping a JSON value
-	// valid holds the last top-level object or array values found valid
-	// (the "kubernetes" objects of the pods of a partition, in practice):
-	// the same bytes again are valid again, so a record's metadata is
-	// compared, not re-validated. nextValid is the slot to fill next.
-	valid     [validSlots][]byte
-	nextValid int
-	// validMeta is the metadata entry built from each valid slot's bytes,
-	// when that value was a "kubernetes" object (nil until looked up):
-	// a record whose object matched a slot needs no second comparison.
-	validMeta [validSlots]*metaEntry
+	// valid holds top-level object or array values found valid (the
+	// "kubernetes" objects of the pods of a partition, in practice): the
+	// same bytes again are valid again, so a record's metadata is
+	// compared, not re-validated. It is a set-associative table: a value's
+	// first bytes choose its set (validSet), so the pods of many jobs
+	// interleaved in one partition each keep their entry. validBytes is
+	// the capacity its entries hold; validGen numbers the values stored.
+	valid      [validSlots]validEntry
+	validNext  [validSlots / validWays]uint8
+	validBytes int
+	validGen   uint32
 	// dayStart is midnight of the day dayKey (dateTime.dayKey) of the
 	// last record time.
 	dayKey   int

@@ -527,6 +527,44 @@ func TestDecodeMetaManyPods(t *testing.T) {
 	}
 }
 
+// TestDecodeMetaSlotRefilled: a record whose "kubernetes" object is
+// followed by more object members than the valid table holds refills the
+// object's slot in the same record; its metadata is still its own, and a
+// later record whose object is one of those members gets that member's.
+func TestDecodeMetaSlotRefilled(t *testing.T) {
+	d := NewDecoder(DefaultDecoderConfig())
+	var got *pipeline.Meta
+	collect := func(r *pipeline.Record) { got = r.Meta }
+	// Objects longer than validPrefix: their set does not depend on
+	// what follows them.
+	pad := strings.Repeat("p", validPrefix)
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"log":"x\n","kubernetes":{"pod_name":"a","pad":%q}`, pad)
+	for i := range 5 * validSlots {
+		fmt.Fprintf(&b, `,"f%d":{"pod_name":"f%d","pad":%q}`, i, i, pad)
+	}
+	b.WriteString("}")
+	for pass := range 2 {
+		if err := d.Decode([]byte(b.String()), collect); err != nil {
+			t.Fatal(err)
+		}
+		if got == nil || got.Pod != "a" {
+			t.Fatalf("pass %d: Meta %+v; want pod a", pass, got)
+		}
+		// Newest first: the member that took the object's slot is among
+		// the newest of its set, met before an older one refills it.
+		for i := 5*validSlots - 1; i >= 0; i-- {
+			rec := fmt.Sprintf(`{"log":"x\n","kubernetes":{"pod_name":"f%d","pad":%q}}`, i, pad)
+			if err := d.Decode([]byte(rec), collect); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("f%d", i); got == nil || got.Pod != want {
+				t.Fatalf("pass %d: Meta %+v; want pod %s", pass, got, want)
+			}
+		}
+	}
+}
+
 func TestDecoderConfig(t *testing.T) {
 	if err := DefaultDecoderConfig().Validate(); err != nil {
 		t.Errorf("DefaultDecoderConfig().Validate() = %v", err)

@@ -42,8 +42,20 @@ type jsonFields struct {
 	k8s                                         []byte // raw "kubernetes" object, nil when absent
 	notDocker                                   bool   // a key Docker's json-file never writes
 	// k8sSlot is 1 + the Decoder.valid slot holding the bytes of k8s, 0
-	// when none does.
+	// when none does; k8sGen is that entry's gen then.
 	k8sSlot int
+	k8sGen  uint32
+}
+
+// validEntry is a value of Decoder.valid: b, bytes found to be one valid
+// JSON value; meta, the metadata entry built from them when they were a
+// "kubernetes" object (nil until looked up); gen, which value stored
+// there this is (Decoder.validGen), so that a slot refilled since a
+// record named it is told apart.
+type validEntry struct {
+	b    []byte
+	meta *metaEntry
+	gen  uint32
 }
 
 // decodeJSON decodes a record that looks like JSON; data[i] is its first
@@ -124,7 +136,7 @@ func (d *Decoder) decodeJSON(data []byte, i int, emit func(*pipeline.Record)) er
 	stream := d.streamName(f.stream)
 	var meta *pipeline.Meta
 	if f.k8s != nil || f.cluster.ok || f.job.ok {
-		meta = d.slotMeta(f.k8sSlot, f.k8s, f.cluster, f.job)
+		meta = d.slotMeta(f.k8sSlot, f.k8sGen, f.k8s, f.cluster, f.job)
 	}
 	t := d.recordTime()
 	return d.deliver(text, complete, env, t, stream, meta, emit)
@@ -250,25 +262,22 @@ func (d *Decoder) scanTop(data []byte) error {
 }
 
 // topValue is skipValue for a member of the top-level object. A container
-// value whose bytes equal the last one found valid ends where that one
-// did: JSON is read left to right, so the same bytes parse the same way,
-// and the value's end does not depend on what follows it. slot is 1 + the
+// value whose bytes equal one found valid before ends where that one did:
+// JSON is read left to right, so the same bytes parse the same way, and
+// the value's end does not depend on what follows it. slot is 1 + the
 // valid slot that holds a container value's bytes now, 0 when none does.
 func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, slot int, err error) {
 	if i < len(data) && (data[i] == '{' || data[i] == '[') {
-		for k, v := range &d.valid {
-			// Values of different pods differ within their first bytes.
-			if n := len(v); n > 0 && n <= len(data)-i && bytes.Equal(data[i:i+n], v) {
-				return i + n, false, k + 1, nil
+		set := d.validSet(data[i:])
+		ways := d.valid[set*validWays : (set+1)*validWays]
+		for k := range ways {
+			if v := ways[k].b; len(v) > 0 && len(v) <= len(data)-i && bytes.Equal(data[i:i+len(v)], v) {
+				return i + len(v), false, set*validWays + k + 1, nil
 			}
 		}
 		end, esc, err = d.skipValue(data, i)
 		if err == nil && end-i <= maxMetaKeyBytes {
-			k := d.nextValid
-			d.valid[k] = append(d.valid[k][:0], data[i:end]...)
-			d.validMeta[k] = nil
-			d.nextValid = (k + 1) % validSlots
-			slot = k + 1
+			slot = d.storeValid(set, data[i:end])
 		}
 		return end, esc, slot, err
 	}
@@ -293,10 +302,53 @@ func (d *Decoder) topValue(data []byte, i int) (end int, esc bool, slot int, err
 	return end, esc, 0, err
 }
 
-// validSlots is how many valid values Decoder.topValue remembers: a Kafka
-// partition interleaves the pods of a few jobs (the load benchmark's two
-// nodes alternate record by record).
-const validSlots = 8
+// The valid values' table (Decoder.valid): validSlots entries in sets of
+// validWays, chosen by the first validPrefix bytes at the value. A cluster
+// stream interleaves the pods of a few dozen jobs in one partition (the
+// load benchmark's cluster shape: ~24 jobs of 1-8 nodes); eight entries
+// kept one in five of them. Fluent Bit's kubernetes filter writes
+// pod_name first, so the prefix tells pods apart; values that share it
+// share a set, and validWays of them fit. validMaxBytes bounds the bytes
+// the entries hold (the eight 16 KiB entries of the table before it): a
+// value that does not fit is validated each time, as a miss is.
+const (
+	validSlots    = 128
+	validWays     = 4
+	validPrefix   = 128
+	validMaxBytes = 128 << 10
+)
+
+// validSet returns the set of the value at the start of b.
+func (d *Decoder) validSet(b []byte) int {
+	return int(maphash.Bytes(d.seed, b[:min(len(b), validPrefix)]) % (validSlots / validWays))
+}
+
+// storeValid keeps v, a valid value, in a way of set (round robin) and
+// returns 1 + its slot, or 0 when it is not kept (validMaxBytes).
+func (d *Decoder) storeValid(set int, v []byte) int {
+	k := set*validWays + int(d.validNext[set])
+	e := &d.valid[k]
+	buf := e.b[:0]
+	if cap(buf) < len(v) || cap(buf) > 2*len(v)+64 {
+		buf = nil // a buffer sized for another value: not kept for this one
+	}
+	grow := 0
+	if buf == nil {
+		grow = len(v)
+	}
+	if d.validBytes-cap(e.b)+cap(buf)+grow > validMaxBytes {
+		return 0
+	}
+	d.validNext[set] = uint8((int(d.validNext[set]) + 1) % validWays)
+	d.validBytes -= cap(e.b)
+	if buf == nil {
+		buf = make([]byte, 0, len(v))
+	}
+	d.validBytes += cap(buf)
+	d.validGen++
+	*e = validEntry{b: append(buf, v...), gen: d.validGen}
+	return k + 1
+}
 
 // setField records one member of the top-level object; val is its raw
 // JSON value, slot its valid slot (topValue).
@@ -342,28 +394,33 @@ func (d *Decoder) setField(key, val []byte, esc bool, slot int) {
 	case "_p", "logtag":
 		str(&f.partial)
 	case "kubernetes":
-		f.k8s, f.k8sSlot = nil, 0
+		f.k8s, f.k8sSlot, f.k8sGen = nil, 0, 0
 		if val[0] == '{' {
 			f.k8s, f.k8sSlot = val, slot
+			if slot > 0 {
+				f.k8sGen = d.valid[slot-1].gen
+			}
 		}
 	}
 	f.notDocker = true
 }
 
 // slotMeta is lookupMeta of a record whose "kubernetes" object is the
-// bytes of valid slot slot-1 (0: none): the entry last built from that
-// slot serves without comparing the object again, when the top-level
-// cluster and job match too.
-func (d *Decoder) slotMeta(slot int, k8s []byte, cluster, job jsonString) *pipeline.Meta {
-	if slot == 0 {
+// bytes of valid slot slot-1 (0: none) as stored in generation gen: the
+// entry last built from that slot serves without comparing the object
+// again, when the top-level cluster and job match too. (A later member of
+// the same record may have refilled the slot: gen tells.)
+func (d *Decoder) slotMeta(slot int, gen uint32, k8s []byte, cluster, job jsonString) *pipeline.Meta {
+	if slot == 0 || d.valid[slot-1].gen != gen {
 		return d.lookupMeta(k8s, cluster, job)
 	}
-	if e := d.validMeta[slot-1]; e != nil && bytes.Equal(e.cluster, cluster.raw) && bytes.Equal(e.job, job.raw) {
+	v := &d.valid[slot-1]
+	if e := v.meta; e != nil && bytes.Equal(e.cluster, cluster.raw) && bytes.Equal(e.job, job.raw) {
 		return e.meta
 	}
 	m := d.lookupMeta(k8s, cluster, job)
 	if e := d.recent[0]; e != nil && e.meta == m {
-		d.validMeta[slot-1] = e
+		v.meta = e
 	}
 	return m
 }

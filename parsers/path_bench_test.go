@@ -50,6 +50,89 @@ func loopRecords(b *testing.B, fn func(rec []byte)) {
 	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
+// The cluster shape's records (loadtest.ShapeCluster, Fluent Bit): many
+// jobs of many pods interleaved, each job's trainer in its own line format.
+var cluster struct {
+	once  sync.Once
+	recs  [][]byte
+	bytes int64
+}
+
+func clusterRecords(b *testing.B) [][]byte {
+	b.Helper()
+	cluster.once.Do(func() {
+		cfg := loadtest.DefaultGenConfig()
+		cfg.Shape, cfg.Format, cfg.Bytes = loadtest.ShapeCluster, "fluentbit", 16<<20
+		var buf bytes.Buffer
+		if _, err := loadtest.Generate(&buf, cfg); err != nil {
+			panic(err)
+		}
+		for rec := range bytes.Lines(buf.Bytes()) {
+			rec = bytes.TrimSuffix(rec, []byte("\n"))
+			cluster.recs = append(cluster.recs, rec)
+			cluster.bytes += int64(len(rec))
+		}
+	})
+	return cluster.recs
+}
+
+// loopCluster is loopRecords over the cluster shape's records.
+func loopCluster(b *testing.B, fn func(rec []byte)) {
+	recs := clusterRecords(b)
+	b.ReportAllocs()
+	b.SetBytes(cluster.bytes / int64(len(recs)))
+	i := 0
+	cpu := parsers.CPUTime()
+	for b.Loop() {
+		fn(recs[i])
+		if i++; i == len(recs) {
+			i = 0
+		}
+	}
+	b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkDecodeCluster decodes the envelope of the cluster shape's
+// records: the pods of ~24 jobs interleaved, so their metadata objects
+// come round less often than in the mixed stream's two pods.
+func BenchmarkDecodeCluster(b *testing.B) {
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	emit := func(*pipeline.Record) {}
+	loopCluster(b, func(rec []byte) {
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRecordPathCluster is BenchmarkRecordPath on the cluster
+// shape's records.
+func BenchmarkRecordPathCluster(b *testing.B) {
+	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+	var ev pipeline.Event
+	var tl pipeline.TelemetryLine
+	var nccl, tel int
+	emit := func(rec *pipeline.Record) {
+		isNCCL, isTel := lines.Line(rec.Text, &ev, &tl)
+		if isNCCL {
+			nccl++
+			lines.NextMessage(rec.Text)
+		}
+		if isTel {
+			tel++
+		}
+	}
+	loopCluster(b, func(rec []byte) {
+		if err := d.Decode(rec, emit); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if nccl == 0 || tel == 0 {
+		b.Fatalf("nccl lines %d, telemetry lines %d; want both", nccl, tel)
+	}
+}
+
 // BenchmarkPrefilterMixed is the run loop's prefilter (telemetry on) on
 // whole records.
 func BenchmarkPrefilterMixed(b *testing.B) {

@@ -240,7 +240,9 @@ func (t *Telemetry) telemetry(rest []byte, p Prefix, tl *pipeline.TelemetryLine)
 
 // marked is telemetry of rest (trimmed, not empty) with its markers m.
 func (t *Telemetry) marked(rest []byte, p Prefix, tl *pipeline.TelemetryLine, m uint64) bool {
-	if t.ckpt.parse(rest, &tl.Checkpoint, m) {
+	// tl is reset: a line without a checkpoint marker leaves tl.Checkpoint
+	// as the checkpoint parser would (blank), without its resets.
+	if m&checkpointMarks != 0 && t.ckpt.parse(rest, &tl.Checkpoint, m) {
 		tl.Kind, tl.Rank = pipeline.TelemetryCheckpoint, p.Rank
 		return true
 	}

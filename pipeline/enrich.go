@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -113,6 +114,9 @@ type Inventory struct {
 	nodes map[string]NodeFacts
 	mod   time.Time
 	size  int64
+	// gen counts the reloads that replaced nodes, so that a reader can
+	// keep what it derived from them until the next (Gen).
+	gen atomic.Uint64
 }
 
 // LoadInventory reads path.
@@ -147,8 +151,18 @@ func (inv *Inventory) Reload() (bool, error) {
 	}
 	inv.mu.Lock()
 	inv.nodes, inv.mod, inv.size = nodes, st.ModTime(), st.Size()
+	inv.gen.Add(1)
 	inv.mu.Unlock()
 	return true, nil
+}
+
+// Gen returns the number of loads that replaced the nodes (0 for nil): a
+// value derived from Node stays valid while Gen does not change.
+func (inv *Inventory) Gen() uint64 {
+	if inv == nil {
+		return 0
+	}
+	return inv.gen.Load()
 }
 
 // Node returns the facts of a node.

@@ -185,23 +185,45 @@ func isTraining(k TelemetryKind) bool {
 	return k == TelemetryStep || k == TelemetryAmend || k == TelemetrySummary
 }
 
-// Reset clears l for reuse.
-func (l *TelemetryLine) Reset() { *l = blankTelemetryLine }
-
-// blankTelemetryLine is a reset TelemetryLine: copying it is cheaper than
-// building the literal on every line (Reset runs for every line the line
-// parser reads with telemetry on).
-var blankTelemetryLine = func() TelemetryLine {
+// Reset clears l for reuse. Coll is cleared only after a collective
+// line: it is the largest part of a line, and Reset runs for every line
+// the line parser reads with telemetry on (more than once for a line no
+// parser takes), so clearing it on every call cost more than all the rest.
+// Whoever fills Coll sets Kind to TelemetryCollective or clears Coll
+// again (parsers' inspectorLine), so Coll of any other kind stays blank.
+// Fields are set one by one, not copied from a blank line: a copy would
+// take Coll with it, and a Parsed keeps lines by value, so Coll cannot
+// move behind a pointer.
+func (l *TelemetryLine) Reset() {
+	if l.Kind == TelemetryCollective {
+		l.Coll = blankCollective
+	}
 	nan := math.NaN()
-	l := TelemetryLine{Rank: -1, TrainingFigures: TrainingFigures{Step: -1, StepTime: nan, TokensPerS: nan,
-		SamplesPerS: nan, ItPerS: nan, TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan}, MinBytes: -1, MaxBytes: -1, TestRank: -1, Dev: -1,
-		Avg: nan, NRanks: -1,
-		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
-			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}}
-	l.Checkpoint.Reset()
-	l.Coll.Reset()
-	return l
-}()
+	l.Kind, l.Framework, l.Rank = TelemetryNone, "", -1
+	l.TrainingFigures = blankFigures
+	l.Collective, l.Version, l.Host, l.GPU, l.Name, l.Earlier = nil, nil, nil, nil, nil, nil
+	l.MinBytes, l.MaxBytes, l.TestRank, l.Dev, l.NRanks = -1, -1, -1, -1, -1
+	l.Format, l.Avg = "", nan
+	l.Row = blankTestRow
+	l.Checkpoint = blankCheckpoint
+}
+
+// The parts of a reset TelemetryLine: copying them is cheaper than
+// building their literals on every line.
+var (
+	blankFigures = TrainingFigures{Step: -1, StepTime: math.NaN(), TokensPerS: math.NaN(),
+		SamplesPerS: math.NaN(), ItPerS: math.NaN(), TFLOPs: math.NaN(), MFU: math.NaN(), Loss: math.NaN(),
+		Runtime: math.NaN()}
+	blankTestRow = func() NCCLTestRow {
+		nan := math.NaN()
+		return NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
+			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}}
+	}()
+	blankCheckpoint = func() (c CheckpointLine) { c.Reset(); return c }()
+	blankCollective = func() (c CollectiveRecord) { c.Reset(); return c }()
+	// blankTelemetryLine is a whole reset line.
+	blankTelemetryLine = func() (l TelemetryLine) { l.Kind = TelemetryCollective; l.Reset(); return l }()
+)
 
 // TrainingStep is one training-progress line of a job (Megatron-LM,
 // torchtitan, Hugging Face, Lightning, DeepSpeed, NeMo, Composer, generic

@@ -128,7 +128,15 @@ type TelemetryAssembler struct {
 	lastJob    *telJob
 	lastPart   partKey
 	lastFold   *partFold
-	meta       rowMeta
+	// meta is the row metadata of metaOf (nil: of a line without
+	// metadata) while the inventory's generation is metaGen; metaSet
+	// says it was built. Meta values are shared and immutable, and the
+	// lines of a partition mostly come from a few pods, so the label and
+	// inventory lookups run when the pod changes, not per line.
+	meta    rowMeta
+	metaOf  *Meta
+	metaGen uint64
+	metaSet bool
 	// retired holds (in Collectives) the changed collective_perf rows of
 	// windows that ended where no batch was at hand (Hold, Restore):
 	// EmitCollectives writes them out.
@@ -150,11 +158,16 @@ type telJob struct {
 	runs      []*testRun // oldest first; the last may be open
 	dropped   int        // runs dropped by MaxRunsPerJob
 	ncclHosts []string
-	ncclRanks int
-	network   string
-	ckpts     []*ckptSeries  // checkpoint series, pipeline/checkpoint.go
-	colls     []*collStat    // Inspector records' summaries, pipeline/collective.go
-	keys      seriesKeyCache // series keys of its training_steps rows
+	// ncclHostSet holds ncclHosts once they are more than hostScan.
+	ncclHostSet map[string]struct{}
+	ncclRanks   int
+	network     string
+	ckpts       []*ckptSeries  // checkpoint series, pipeline/checkpoint.go
+	colls       []*collStat    // Inspector records' summaries, pipeline/collective.go
+	keys        seriesKeyCache // series keys of its training_steps rows
+	// netClass is NetworkClass(netClassOf), kept for the rows of the
+	// job's network (networkClass).
+	netClass, netClassOf string
 }
 
 // Len returns the number of jobs held.
@@ -220,7 +233,7 @@ func (a *TelemetryAssembler) Add(job string, meta *Meta, tl *TelemetryLine, t ti
 			j.ncclRanks = tl.NRanks
 		}
 		if len(tl.Host) > 0 {
-			j.ncclHosts = addHost(j.ncclHosts, tl.Host, a.cfg.MaxHostsPerRun)
+			j.addNCCLHost(tl.Host, a.cfg.MaxHostsPerRun)
 		}
 	case tl.Kind == TelemetryNCCLNetwork:
 		j.setNetwork(string(tl.Name))
@@ -313,9 +326,15 @@ type rowMeta struct {
 	canary      bool
 }
 
-// rowMeta returns the row metadata of m, valid until the next call.
+// rowMeta returns the row metadata of m, valid until the next call; the
+// caller must not change it.
 func (a *TelemetryAssembler) rowMeta(m *Meta) *rowMeta {
 	r := &a.meta
+	gen := a.inv.Gen()
+	if a.metaSet && a.metaOf == m && a.metaGen == gen {
+		return r
+	}
+	a.metaOf, a.metaGen, a.metaSet = m, gen, true
 	if m == nil {
 		*r = rowMeta{}
 		return r

@@ -202,6 +202,31 @@ func addHost(hosts []string, h []byte, limit int) []string {
 	return append(hosts, string(h))
 }
 
+// hostScan is how many host names addHost's pass serves: a job's NCCL
+// lines name its hosts again and again (every rank, every communicator),
+// and past a few of them a map finds one in less time than a pass.
+const hostScan = 8
+
+// addNCCLHost is addHost for the hosts of the job's NCCL lines.
+func (j *telJob) addNCCLHost(h []byte, limit int) {
+	if len(j.ncclHosts) < hostScan {
+		j.ncclHosts = addHost(j.ncclHosts, h, limit)
+		return
+	}
+	if j.ncclHostSet == nil {
+		j.ncclHostSet = make(map[string]struct{}, 2*len(j.ncclHosts))
+		for _, x := range j.ncclHosts {
+			j.ncclHostSet[x] = struct{}{}
+		}
+	}
+	if _, ok := j.ncclHostSet[string(h)]; ok || len(j.ncclHosts) >= limit {
+		return
+	}
+	name := string(h)
+	j.ncclHosts = append(j.ncclHosts, name)
+	j.ncclHostSet[name] = struct{}{}
+}
+
 func (j *telJob) testReport(r *testRun) NCCLTestReport {
 	nranks, hosts := j.runRanks(r)
 	rep := NCCLTestReport{Rows: r.rows, AvgBusBW: fptr(r.avg), HostNames: slices.Clone(hosts), Wrong: r.wrong}

@@ -340,10 +340,20 @@ func (j *telJob) stepRow(r *TrainingStep, m *rowMeta, tl *TelemetryLine, step in
 		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Ranks: 1, Network: j.network,
 		StepTime: tl.StepTime, TokensPerS: tl.TokensPerS, SamplesPerS: tl.SamplesPerS, ItPerS: tl.ItPerS,
 		TFLOPs: tl.TFLOPs, MFU: tl.MFU, Loss: tl.Loss}
-	if j.network != "" {
-		r.NetworkClass = NetworkClass(j.network)
-	}
+	r.NetworkClass = j.networkClass()
 	r.Series = j.keys.key(r)
+}
+
+// networkClass returns NetworkClass(j.network), "" before any network,
+// worked out once per network rather than per row.
+func (j *telJob) networkClass() string {
+	if j.network == "" {
+		return ""
+	}
+	if j.netClassOf != j.network {
+		j.netClass, j.netClassOf = NetworkClass(j.network), j.network
+	}
+	return j.netClass
 }
 
 func (s *series) report(network string) TrainingReport {

@@ -1,8 +1,12 @@
 package pipeline
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -296,9 +300,61 @@ func TestTelemetryCanary(t *testing.T) {
 	}
 }
 
+// TestTelemetryLineReset: Reset of a collective line with every field set
+// gives the blank line (NaN and -1 where the doc says so), field for
+// field; a field added to TelemetryLine and not to Reset fails here.
+func TestTelemetryLineReset(t *testing.T) {
+	var l TelemetryLine
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		for i := range v.NumField() {
+			switch f := v.Field(i); f.Kind() {
+			case reflect.Struct:
+				fill(f)
+			case reflect.Slice:
+				if f.Type().Elem().Kind() == reflect.Uint8 {
+					f.SetBytes([]byte("x"))
+				} else {
+					f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+				}
+			case reflect.String:
+				f.SetString("x")
+			case reflect.Bool:
+				f.SetBool(true)
+			case reflect.Int, reflect.Int64:
+				f.SetInt(7)
+			case reflect.Uint8:
+				f.SetUint(7)
+			case reflect.Float64:
+				f.SetFloat(7)
+			default:
+				t.Fatalf("field %s of kind %s: teach the test to set it", v.Type().Field(i).Name, f.Kind())
+			}
+		}
+	}
+	fill(reflect.ValueOf(&l).Elem())
+	l.Kind = TelemetryCollective
+	l.Reset()
+	nan := math.NaN()
+	want := TelemetryLine{Rank: -1, TrainingFigures: TrainingFigures{Step: -1, StepTime: nan, TokensPerS: nan,
+		SamplesPerS: nan, ItPerS: nan, TFLOPs: nan, MFU: nan, Loss: nan, Runtime: nan}, MinBytes: -1, MaxBytes: -1,
+		TestRank: -1, Dev: -1, Avg: nan, NRanks: -1,
+		Row: NCCLTestRow{Bytes: -1, Count: -1, Root: -1,
+			OOP: NCCLTestResult{nan, nan, nan, nan}, IP: NCCLTestResult{nan, nan, nan, nan}},
+		Checkpoint: CheckpointLine{Step: -1, Duration: nan},
+		Coll: CollectiveRecord{Rank: -1, NRanks: -1, NNodes: -1, PID: -1, DumpTimeUS: -1, SN: -1, Peer: -1,
+			Bytes: -1, ExecUS: nan, AlgBW: nan, BusBW: nan}}
+	// %#v prints NaN as NaN, so equal NaNs compare equal.
+	if got, w := fmt.Sprintf("%#v", l), fmt.Sprintf("%#v", want); got != w {
+		t.Errorf("Reset() = %s\nwant %s", got, w)
+	}
+	if got, w := fmt.Sprintf("%#v", blankTelemetryLine), fmt.Sprintf("%#v", want); got != w {
+		t.Errorf("blankTelemetryLine = %s\nwant %s", got, w)
+	}
+}
+
 // BenchmarkTelemetryLineReset: Reset runs for every line the line parser
-// reads with telemetry on. Copying a reset value took 5–7 ns where building
-// the literal took 15–17 ns (2026-12-02).
+// reads with telemetry on, and most lines are no collective.
 func BenchmarkTelemetryLineReset(b *testing.B) {
 	var l TelemetryLine
 	for b.Loop() {
@@ -306,5 +362,70 @@ func BenchmarkTelemetryLineReset(b *testing.B) {
 	}
 	if l.Rank != -1 || !math.IsNaN(l.Loss) {
 		b.Fatalf("reset line %+v", l)
+	}
+}
+
+// TestTelemetryRowMetaReload: the rows of a pod's lines take their pool
+// from the inventory as it is at each line, and their labels from each
+// line's own metadata, though Add keeps what it derived for the last one.
+func TestTelemetryRowMetaReload(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "inv.yaml")
+	write := func(pool string) {
+		if err := os.WriteFile(p, []byte("nodes:\n  - node: n1\n    pool: "+pool+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p1")
+	inv, err := LoadInventory(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewTelemetryAssembler(DefaultTelemetryAssemblerConfig(), inv)
+	meta := &Meta{Job: "j", Pod: "j-0", Node: "n1"}
+	other := &Meta{Job: "j", Pod: "j-1", Node: "n1", Labels: map[string]string{LabelPool: "labelled", LabelModel: "m7"}}
+	var b Batch
+	add := func(m *Meta, step int64) TrainingStep {
+		a.Add("j", m, stepLine(FrameworkMegatron, step, 1), t0, Source{Topic: "logs", Offset: step}, &b)
+		return b.Steps[len(b.Steps)-1]
+	}
+	if r := add(meta, 1); r.Pool != "p1" || r.Pod != "j-0" {
+		t.Errorf("first row: pool %q, pod %q; want p1, j-0", r.Pool, r.Pod)
+	}
+	write("pool-two")
+	if ok, err := inv.Reload(); !ok || err != nil {
+		t.Fatalf("Reload() = %v, %v", ok, err)
+	}
+	if r := add(meta, 2); r.Pool != "pool-two" {
+		t.Errorf("row after reload: pool %q; want pool-two", r.Pool)
+	}
+	if r := add(other, 3); r.Pool != "labelled" || r.Model != "m7" || r.Pod != "j-1" {
+		t.Errorf("other pod's row: pool %q, model %q, pod %q; want labelled, m7, j-1", r.Pool, r.Model, r.Pod)
+	}
+	if r := add(nil, 4); r.Pool != "" || r.Pod != "" {
+		t.Errorf("row without metadata: pool %q, pod %q; want none", r.Pool, r.Pod)
+	}
+	if r := add(meta, 5); r.Pool != "pool-two" || r.Model != "" {
+		t.Errorf("first pod's row again: pool %q, model %q; want pool-two, no model", r.Pool, r.Model)
+	}
+}
+
+// TestAddNCCLHost: a job's NCCL hosts are kept once each, in the order
+// first seen, up to the limit, past the few a pass serves as well.
+func TestAddNCCLHost(t *testing.T) {
+	for _, limit := range []int{3, hostScan, 20, 1024} {
+		var j telJob
+		var want []string
+		for round := range 3 {
+			for i := range 30 {
+				h := fmt.Sprintf("node-%02d", (i*7)%30)
+				j.addNCCLHost([]byte(h), limit)
+				if round == 0 && len(want) < limit && !slices.Contains(want, h) {
+					want = append(want, h)
+				}
+			}
+		}
+		if !slices.Equal(j.ncclHosts, want) {
+			t.Errorf("limit %d: hosts %q; want %q", limit, j.ncclHosts, want)
+		}
 	}
 }
