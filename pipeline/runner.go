@@ -160,6 +160,11 @@ type Runner struct {
 	draining bool
 	sampled  map[string]time.Time // Kafka key → last activity sample
 
+	// every is the sink's schedule (Scheduled), 0 when it has none; sent
+	// is when Run last handed the sink a batch.
+	every time.Duration
+	sent  time.Time
+
 	// Records in hand when the generation ended (Run only): a full batch
 	// cannot be stored under the loop's context any more, so the loop
 	// stops applying records there (suspended) and keeps the rest (late;
@@ -210,6 +215,9 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps),
 		enrich: Enricher{Inventory: deps.Inventory, Default: cfg.Assembler.Expect}}
 	r.linef, r.foldf = r.line, r.fold
+	if s, ok := deps.Sink.(Scheduled); ok {
+		r.every = s.Every()
+	}
 	r.reset()
 	r.last = deps.Now()
 	if m := deps.Metrics; m != nil {
@@ -416,7 +424,9 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
 			// Likewise when the stream came to rest with summaries, and
 			// so commits, deferred (SummaryInterval).
-			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) {
+			// And when the sink's schedule is due (scheduled).
+			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) &&
+				!r.scheduled(now) {
 				r.release(loop)
 				continue
 			}

@@ -69,10 +69,32 @@ func (r *Runner) start(ctx context.Context, timed bool) error {
 	}
 	evict, ok := r.prepare(timed)
 	if !ok {
+		if timed && r.scheduled(r.last) {
+			// Nothing to store, and the sink's schedule is due: an empty
+			// batch of its own, the open one (its deferred summaries)
+			// untouched.
+			r.launch(ctx, r.blank(), nil)
+		}
 		return nil
 	}
 	r.launch(ctx, r.handOff(), evict)
 	return nil
+}
+
+// scheduled reports whether the sink's schedule (Scheduled) is due at now:
+// Run has not handed it a batch for its Every.
+func (r *Runner) scheduled(now time.Time) bool {
+	return r.async && r.every > 0 && now.Sub(r.sent) >= r.every
+}
+
+// blank returns an empty batch (the spare's capacity).
+func (r *Runner) blank() *Batch {
+	b := r.spare
+	r.spare = nil
+	if b == nil {
+		b = new(Batch)
+	}
+	return b
 }
 
 // flight is a batch handed to the sink chain by a goroutine of the
@@ -97,11 +119,7 @@ func (r *Runner) flightDone() <-chan error {
 // is the insert's alone, the loop goes on with an empty one (the spare's
 // capacity) and no offsets.
 func (r *Runner) handOff() *Batch {
-	b := r.spare
-	r.spare = nil
-	if b == nil {
-		b = new(Batch)
-	}
+	b := r.blank()
 	*b, r.batch = r.batch, *b
 	r.dropBatch()
 	return b
@@ -113,7 +131,7 @@ func (r *Runner) handOff() *Batch {
 func (r *Runner) launch(ctx context.Context, b *Batch, evict []string) {
 	sctx, cancel := context.WithCancel(ctx)
 	f := &flight{b: b, evict: evict, cancel: cancel, done: make(chan error, 1)}
-	r.flying = f
+	r.flying, r.sent = f, r.deps.Now()
 	go func() { f.done <- r.store(sctx, b) }()
 }
 
