@@ -144,6 +144,13 @@ func (b *Batch) Len() int {
 		len(b.Sealed) + len(b.Collectives)
 }
 
+// Empty reports whether the batch carries nothing at all: no rows, no
+// offsets, no observations (the run loop's scheduled batch, Scheduled).
+func (b *Batch) Empty() bool {
+	return b.Len() == 0 && len(b.Offsets) == 0 && len(b.Unnamed) == 0 && len(b.Nodes) == 0 && len(b.Telemetry) == 0 &&
+		len(b.Activity) == 0 && len(b.Evicted) == 0 && len(b.Released) == 0
+}
+
 // Reset empties the batch, keeping its capacity.
 func (b *Batch) Reset() {
 	b.Events, b.Comms, b.Jobs, b.DeadLetters, b.Offsets = b.Events[:0], b.Comms[:0], b.Jobs[:0], b.DeadLetters[:0], b.Offsets[:0]
@@ -165,6 +172,20 @@ func (b *Batch) Reset() {
 // with Permanent will fail again on retry.
 type Consumer interface {
 	Consume(ctx context.Context, b *Batch) error
+}
+
+// Scheduled is a Consumer with work due on the clock as well as with
+// every batch: the rules stage, whose absence rules and `for` clauses
+// progress with time, evaluates whenever it consumes a batch. When the
+// run loop's sink is Scheduled and no batch reached it for Every, Run
+// hands it an empty batch (Batch.Empty) at its next tick, through the
+// one store path (its retries, the one batch in flight): what that
+// evaluation changed is stored by the loop like every other row, and
+// commits nothing. Outside Run (callers of Message and Flush) nothing is
+// scheduled.
+type Scheduled interface {
+	Consumer
+	Every() time.Duration
 }
 
 // ConsumerFunc adapts a function to a Consumer.

@@ -159,17 +159,20 @@ type Runner struct {
 	last     time.Time // last flush
 	draining bool
 	sampled  map[string]time.Time // Kafka key → last activity sample
-	gen      context.Context      // the current generation (Assigned's ctx); nil without one
+
+	// every is the sink's schedule (Scheduled), 0 when it has none; sent
+	// is when Run last handed the sink a batch.
+	every time.Duration
+	sent  time.Time
 
 	// Records in hand when the generation ended (Run only): a full batch
-	// cannot be stored under the generation's context any more, so the
-	// loop stops applying records there (suspended) and keeps the rest
-	// (late; with parse workers also the jobs out, the head's applied
-	// part marked) until the revocation, which applies them with its own
-	// deadline (revoking), in batches of max_rows as before the end.
+	// cannot be stored under the loop's context any more, so the loop
+	// stops applying records there (suspended) and keeps the rest (late;
+	// with parse workers also the jobs out, the head's applied part
+	// marked) until the revocation, which applies them under its own
+	// deadline (resumeLate), in batches of max_rows as before the end.
 	suspended bool
 	late      [][]Message
-	revoking  context.Context
 
 	// The batch being stored while the loop builds the next (Run only):
 	// at most one in flight. Its Batch belongs to the insert goroutine
@@ -212,6 +215,9 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps),
 		enrich: Enricher{Inventory: deps.Inventory, Default: cfg.Assembler.Expect}}
 	r.linef, r.foldf = r.line, r.fold
+	if s, ok := deps.Sink.(Scheduled); ok {
+		r.every = s.Every()
+	}
 	r.reset()
 	r.last = deps.Now()
 	if m := deps.Metrics; m != nil {
@@ -353,6 +359,11 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 		}()
 	}
 
+	// loop is the context of the size and timer flushes, their stores and
+	// commits: ctx, and while a generation is held until it ends
+	// (genContext); endGen lets it go.
+	loop, endGen := ctx, context.CancelFunc(func() {})
+	defer func() { endGen() }()
 	// The tick paces MaxWait (the backlog's too, at the tick's
 	// granularity).
 	tick := time.NewTicker(max(r.cfg.Batch.MaxWait/4, time.Millisecond))
@@ -365,29 +376,42 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 		select {
 		case x, ok := <-inputs:
 			if !ok {
-				if r.genEnded() {
+				if genEnded(loop) {
 					// No revocation came (the source stopped without
 					// one): what is in hand is drained as the end of the
 					// input.
-					r.gen = nil
+					loop = ctx
 				}
-				if err := r.resumeLate(ctx, ctx); err != nil {
+				if err := r.resumeLate(ctx); err != nil {
 					return err
 				}
-				if err := r.drainParsed(ctx); err != nil {
+				if err := r.drainParsed(loop); err != nil {
 					return err
 				}
 				return r.Drain()
 			}
-			if err := r.handle(ctx, x); err != nil {
+			var err error
+			switch x.Kind {
+			case InputAssigned:
+				err = r.assign(ctx, x)
+				endGen()
+				loop, endGen = genContext(ctx, x.Ctx)
+			case InputRevoked:
+				err = r.revoke(x)
+				endGen()
+				loop, endGen = ctx, func() {}
+			default:
+				err = r.take(loop, x)
+			}
+			if err != nil {
 				return err
 			}
 		case <-r.headDone():
-			if err := r.applyHead(ctx); err != nil {
+			if err := r.applyHead(loop); err != nil {
 				return err
 			}
 		case err := <-r.flightDone():
-			if err := r.land(err); err != nil && fatal(err) {
+			if err := r.land(loop, err); err != nil && fatal(err) {
 				return err
 			}
 		case <-tick.C:
@@ -400,18 +424,20 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// of a burst is FoldIdle plus a tick, not FoldIdle plus MaxWait).
 			// Likewise when the stream came to rest with summaries, and
 			// so commits, deferred (SummaryInterval).
-			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) {
-				r.release(ctx)
+			// And when the sink's schedule is due (scheduled).
+			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) &&
+				!r.scheduled(now) {
+				r.release(loop)
 				continue
 			}
-			if err := r.flushNow(ctx); err != nil && fatal(err) {
+			if err := r.flushNow(loop); err != nil && fatal(err) {
 				return err
 			}
 			continue
 		}
 		// The records just read or applied, or the batch that just
 		// landed, may have brought the stream to rest.
-		if err := r.atRestNow(ctx); err != nil {
+		if err := r.atRestNow(loop); err != nil {
 			return err
 		}
 	}

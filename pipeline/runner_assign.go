@@ -15,13 +15,13 @@ import (
 // coordinates, or by summary key with a version that depends only on the
 // events folded in). Nothing is skipped: a batch is several inserts and a
 // crash can fall between them, so no one table says what was stored.
-// ctx is the generation's: size and timer flushes stop retrying when it
-// ends.
+// ctx is the generation's: the rebuild stops retrying when it ends. Run
+// derives the context of its size and timer flushes from it
+// (genContext); a caller of Message gives the generation's context there.
 func (r *Runner) Assigned(ctx context.Context, parts []Partition) error {
 	r.abandon()
 	r.reset()
 	r.dropBatch()
-	r.gen = ctx
 	r.assigned.Store(false)
 	if err := r.rebuildRetrying(ctx, parts); err != nil {
 		return err
@@ -233,7 +233,6 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	r.abandon()
 	r.reset()
 	r.dropBatch()
-	r.gen = nil
 	r.assigned.Store(false)
 	return err
 }

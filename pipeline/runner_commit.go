@@ -123,8 +123,9 @@ func (r *Runner) releasable(now time.Time, fold bool) bool {
 // (Telemetry Hold). A partition whose commit a deferred batch owes (owed:
 // its summaries wait for SummaryInterval) has nothing to release: that
 // batch's prepare cleared stored, and land sets it only with a commit.
+// Nothing is committed once ctx, the loop's, has ended.
 func (r *Runner) release(ctx context.Context) {
-	if r.genEnded() {
+	if ctx.Err() != nil {
 		return
 	}
 	var offs []Offset

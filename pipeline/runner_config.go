@@ -234,6 +234,8 @@ type RunnerDeps struct {
 	// Candidate is the prefilter; nil passes everything. With parse
 	// workers it is called from several goroutines at once.
 	Candidate func([]byte) bool
+	// Sink is the head of the sink chain; when it is Scheduled, Run also
+	// hands it an empty batch on its schedule.
 	Sink      Consumer
 	Committer Committer
 	Loader    EventLoader

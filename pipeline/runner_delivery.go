@@ -2,76 +2,99 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// flushCtx is the context of a size or timer flush: it ends with ctx or
-// with the generation, so that a rebalance during a sink outage stops the
-// retries and the revocation is honoured at once.
-func (r *Runner) flushCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if r.gen == nil {
-		return ctx, func() {}
+// errGenEnded is the cause of a loop context (genContext) that ended:
+// the generation it was derived for ended, or Run's context did (a source
+// ends its generation then too). Only the loop's context carries it, so a
+// flush tells the generation's end apart from a revocation's deadline or
+// the end of Run's context outside a generation.
+var errGenEnded = errors.New("generation ended")
+
+// genContext returns the loop's context for generation gen: size and
+// timer flushes, their stores and commits end with it, so that a
+// rebalance during a sink outage stops the retries and the revocation is
+// honoured at once. It ends, with errGenEnded as its cause, when gen or
+// ctx does; stop ends it and releases its resources. It keeps ctx's
+// values.
+func genContext(ctx, gen context.Context) (loop context.Context, stop context.CancelFunc) {
+	loop, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	end := func(from context.Context) func() {
+		return func() { cancel(fmt.Errorf("%w: %w", errGenEnded, context.Cause(from))) }
 	}
-	fctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.gen, cancel)
-	return fctx, func() {
-		stop()
-		cancel()
+	stopGen, stopRun := context.AfterFunc(gen, end(gen)), context.AfterFunc(ctx, end(ctx))
+	return loop, func() {
+		stopGen()
+		stopRun()
+		cancel(context.Canceled)
 	}
 }
 
-// flushNow is a size or timer flush. Within Run the batch is stored by a
-// goroutine of its own while the loop goes on with the next one; the
-// previous batch must have landed first (at most one in flight: a sink
-// slower than the stream holds the loop here, back-pressure).
+// genEnded reports whether ctx is a loop context whose generation has
+// ended (its revocation is on its way).
+func genEnded(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errGenEnded) }
+
+// flushNow is a size or timer flush under ctx: the loop's context
+// (genContext), a revocation's for the records applied at it, or the
+// caller's outside Run. Within Run the batch is stored by a goroutine of
+// its own while the loop goes on with the next one; the previous batch
+// must have landed first (at most one in flight: a sink slower than the
+// stream holds the loop here, back-pressure).
 func (r *Runner) flushNow(ctx context.Context) error {
-	if r.revoking != nil {
-		// The records of an ended generation, applied at its revocation:
-		// stored within the revocation's deadline, not the generation's.
-		return r.start(r.revoking, false, true)
-	}
-	if r.genEnded() {
+	if genEnded(ctx) {
 		// Every store would be cut short at once (and a held batch sent
 		// again only to fail): the revocation stores what is open.
-		return context.Cause(r.gen)
+		return context.Cause(ctx)
 	}
 	if !r.async {
-		fctx, cancel := r.flushCtx(ctx)
-		defer cancel()
-		return r.flush(fctx)
+		return r.flush(ctx)
 	}
-	return r.start(ctx, true, true)
+	return r.start(ctx, true)
 }
 
-// genEnded reports whether the generation the loop holds has ended (its
-// revocation is on its way).
-func (r *Runner) genEnded() bool { return r.gen != nil && r.gen.Err() != nil }
-
 // start lands the batch in flight (or stores the held one), then sends the
-// open batch off without waiting for it; with gen both also end with the
-// generation (see flushCtx); timed says it is a size or timer flush
-// (summaries may wait, see prepare).
-func (r *Runner) start(ctx context.Context, gen, timed bool) error {
+// open batch off without waiting for it, both under ctx; timed says it is
+// a size or timer flush (summaries may wait, see prepare).
+func (r *Runner) start(ctx context.Context, timed bool) error {
 	if err := ctx.Err(); err != nil {
 		return err // a held batch is not sent again to fail at once
 	}
-	sctx, cancel := ctx, context.CancelFunc(func() {})
-	if gen {
-		sctx, cancel = r.flushCtx(ctx)
-	}
-	defer cancel()
-	if err := r.settle(sctx); err != nil {
+	if err := r.settle(ctx); err != nil {
 		return err
 	}
 	evict, ok := r.prepare(timed)
 	if !ok {
+		if timed && r.scheduled(r.last) {
+			// Nothing to store, and the sink's schedule is due: an empty
+			// batch of its own, the open one (its deferred summaries)
+			// untouched.
+			r.launch(ctx, r.blank(), nil)
+		}
 		return nil
 	}
-	r.launch(ctx, gen, r.handOff(), evict)
+	r.launch(ctx, r.handOff(), evict)
 	return nil
+}
+
+// scheduled reports whether the sink's schedule (Scheduled) is due at now:
+// Run has not handed it a batch for its Every.
+func (r *Runner) scheduled(now time.Time) bool {
+	return r.async && r.every > 0 && now.Sub(r.sent) >= r.every
+}
+
+// blank returns an empty batch (the spare's capacity).
+func (r *Runner) blank() *Batch {
+	b := r.spare
+	r.spare = nil
+	if b == nil {
+		b = new(Batch)
+	}
+	return b
 }
 
 // flight is a batch handed to the sink chain by a goroutine of the
@@ -79,9 +102,8 @@ func (r *Runner) start(ctx context.Context, gen, timed bool) error {
 // or settle.
 type flight struct {
 	b      *Batch
-	evict  []string // jobs evicted once b is stored
-	ctx    context.Context
-	cancel context.CancelFunc
+	evict  []string           // jobs evicted once b is stored
+	cancel context.CancelFunc // ends the store's context
 	done   chan error
 }
 
@@ -97,37 +119,27 @@ func (r *Runner) flightDone() <-chan error {
 // is the insert's alone, the loop goes on with an empty one (the spare's
 // capacity) and no offsets.
 func (r *Runner) handOff() *Batch {
-	b := r.spare
-	r.spare = nil
-	if b == nil {
-		b = new(Batch)
-	}
+	b := r.blank()
 	*b, r.batch = r.batch, *b
 	r.dropBatch()
 	return b
 }
 
-// launch stores b in a goroutine; with gen the store also ends with the
-// generation (see flushCtx). The goroutine's owner is the loop: every
-// flight is received by land or settle, or by abandon when Run returns.
-func (r *Runner) launch(ctx context.Context, gen bool, b *Batch, evict []string) {
-	f := &flight{b: b, evict: evict, done: make(chan error, 1)}
-	if gen {
-		fctx, stop := r.flushCtx(ctx)
-		var cancel context.CancelFunc
-		f.ctx, cancel = context.WithCancel(fctx)
-		f.cancel = func() { cancel(); stop() }
-	} else {
-		f.ctx, f.cancel = context.WithCancel(ctx)
-	}
-	r.flying = f
-	go func() { f.done <- r.store(f.ctx, b) }()
+// launch stores b in a goroutine, under ctx. The goroutine's owner is
+// the loop: every flight is received by land or settle, or by abandon
+// when Run returns.
+func (r *Runner) launch(ctx context.Context, b *Batch, evict []string) {
+	sctx, cancel := context.WithCancel(ctx)
+	f := &flight{b: b, evict: evict, cancel: cancel, done: make(chan error, 1)}
+	r.flying, r.sent = f, r.deps.Now()
+	go func() { f.done <- r.store(sctx, b) }()
 }
 
 // land takes the in-flight batch's result: stored, its offsets are
-// committed and its idle jobs evicted; cut short by its context, it is
-// held for the next flush; a permanent error is returned as is.
-func (r *Runner) land(err error) error {
+// committed under ctx (the context of whoever receives the result) and
+// its idle jobs evicted; cut short by its context, it is held for the
+// next flush; a permanent error is returned as is.
+func (r *Runner) land(ctx context.Context, err error) error {
 	f := r.flying
 	r.flying = nil
 	defer f.cancel()
@@ -137,7 +149,7 @@ func (r *Runner) land(err error) error {
 		}
 		return err
 	}
-	r.commit(f.ctx, f.b.Offsets)
+	r.commit(ctx, f.b.Offsets)
 	for _, o := range f.b.Offsets {
 		if ps := r.parts[partKey{o.Topic, o.Partition}]; ps != nil {
 			ps.committed, ps.stored, ps.staged = o.Next, ps.staged, 0
@@ -170,7 +182,7 @@ func (r *Runner) settle(ctx context.Context) error {
 		if r.flying == nil {
 			h := r.held
 			r.held = nil
-			r.launch(ctx, false, h.b, h.evict)
+			r.launch(ctx, h.b, h.evict)
 		}
 		var err error
 		select {
@@ -179,7 +191,7 @@ func (r *Runner) settle(ctx context.Context) error {
 			r.flying.cancel()
 			err = <-r.flying.done
 		}
-		if err := r.land(err); err != nil {
+		if err := r.land(ctx, err); err != nil {
 			return err
 		}
 	}

@@ -49,7 +49,7 @@ func (r *Runner) Flush(ctx context.Context) error { return r.flush(ctx) }
 // is permanent), then commits the offsets it covers and evicts idle jobs.
 // When it returns an error the batch is held whole for the next flush.
 func (r *Runner) flush(ctx context.Context) error {
-	if err := r.start(ctx, false, false); err != nil {
+	if err := r.start(ctx, false); err != nil {
 		return err
 	}
 	return r.settle(ctx)

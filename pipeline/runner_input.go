@@ -7,54 +7,61 @@ import (
 	"time"
 )
 
-// handle is one step of the loop. With parse workers, records are sent
-// to them. While the loop is suspended (the generation ended with a full
-// batch in hand) records are kept for the revocation. An assignment or
-// revocation first applies every record before it (resumeLate); a
-// revocation stores them within its own deadline.
-func (r *Runner) handle(ctx context.Context, x Input) error {
-	switch x.Kind {
-	case InputAssigned:
-		if err := r.resumeLate(ctx, ctx); err != nil {
-			return err
-		}
-		err := r.Assigned(x.Ctx, x.Partitions)
-		x.Done <- err
-		if err != nil && x.Ctx.Err() == nil {
-			return err
-		}
-	case InputRevoked:
-		// The last of resumeLate's stores may still fly when Revoked
-		// settles it, so fctx ends after Revoked.
-		fctx, cancel := revokeCtx(x.Ctx)
-		defer cancel()
-		if err := r.resumeLate(ctx, fctx); err != nil {
-			return err
-		}
-		err := r.Revoked(x.Ctx, x.Partitions)
-		x.Done <- err
-		if err != nil && fatal(err) {
-			return err
-		}
-	default:
-		if x.Messages == nil && r.pool == nil && !r.suspended {
-			// One record on the loop: no run to make.
-			if err := r.message(ctx, &x.Message, r.deps.Now()); err != nil && fatal(err) {
-				return err
-			}
-			return nil
-		}
-		ms := x.Messages
-		if ms == nil {
-			ms = []Message{x.Message}
-		}
-		if r.suspended {
-			r.late = append(r.late, ms) // never released (Input.Release)
-			return nil
-		}
-		return r.feed(ctx, ms, x.Release)
+// assign is the loop's step for an assignment: the records of the
+// generation before it are applied first (resumeLate, under Run's ctx),
+// then the state is rebuilt (Assigned) and the answer sent.
+func (r *Runner) assign(ctx context.Context, x Input) error {
+	if err := r.resumeLate(ctx); err != nil {
+		return err
+	}
+	err := r.Assigned(x.Ctx, x.Partitions)
+	x.Done <- err
+	if err != nil && x.Ctx.Err() == nil {
+		return err
 	}
 	return nil
+}
+
+// revoke is the loop's step for a revocation: the records before it are
+// applied and stored within its deadline (resumeLate), then the open
+// batch (Revoked), and the answer sent.
+func (r *Runner) revoke(x Input) error {
+	// The last of resumeLate's stores may still fly when Revoked settles
+	// it, so fctx ends after Revoked.
+	fctx, cancel := revokeCtx(x.Ctx)
+	defer cancel()
+	if err := r.resumeLate(fctx); err != nil {
+		return err
+	}
+	err := r.Revoked(x.Ctx, x.Partitions)
+	x.Done <- err
+	if err != nil && fatal(err) {
+		return err
+	}
+	return nil
+}
+
+// take is the loop's step for records, under the loop's context
+// (genContext). With parse workers, they are sent to them. While the loop
+// is suspended (the generation ended with a full batch in hand) they are
+// kept for the revocation.
+func (r *Runner) take(ctx context.Context, x Input) error {
+	if x.Messages == nil && r.pool == nil && !r.suspended {
+		// One record on the loop: no run to make.
+		if err := r.message(ctx, &x.Message, r.deps.Now()); err != nil && fatal(err) {
+			return err
+		}
+		return nil
+	}
+	ms := x.Messages
+	if ms == nil {
+		ms = []Message{x.Message}
+	}
+	if r.suspended {
+		r.late = append(r.late, ms) // never released (Input.Release)
+		return nil
+	}
+	return r.feed(ctx, ms, x.Release)
 }
 
 // feed processes a run of records: sent to the parse workers, or parsed
@@ -91,14 +98,14 @@ func (r *Runner) messages(ctx context.Context, ms []Message, release func()) err
 // resumeLate ends a suspension: the records in hand of the ended
 // generation (the parse workers' jobs, then the late runs, in input
 // order) are applied, a full batch stored at once and each one after it,
-// with fctx (the revocation's deadline). With nothing suspended it
-// applies the workers' jobs out the same way. A fatal error stops it.
-func (r *Runner) resumeLate(ctx, fctx context.Context) error {
+// under ctx (the revocation's deadline; Run's own at an assignment or the
+// end of the input). With nothing suspended it applies the workers' jobs
+// out the same way. A fatal error stops it.
+func (r *Runner) resumeLate(ctx context.Context) error {
 	if !r.suspended && (r.pool == nil || len(r.pool.queue) == 0) {
 		return nil
 	}
-	r.suspended, r.revoking = false, fctx
-	defer func() { r.revoking = nil }()
+	r.suspended = false
 	late := r.late
 	r.late = nil
 	if r.full() {
@@ -165,7 +172,9 @@ func (r *Runner) watch(ctx context.Context) {
 	}
 }
 
-// Message processes one record.
+// Message processes one record; a size flush runs under ctx (for a
+// source with generations, the generation's: its end stops the flush's
+// retries).
 func (r *Runner) Message(ctx context.Context, m Message) error {
 	return r.message(ctx, &m, r.deps.Now())
 }
@@ -278,17 +287,17 @@ func (r *Runner) later(now time.Time) time.Time {
 }
 
 // admitted ends a record: its coordinates count in the batch's bytes, and
-// a full batch is flushed. Within Run, a full batch that cannot be stored
-// because the generation ended suspends the loop's records until the
-// revocation (resumeLate): the batch keeps max_rows, and the stores are
-// not tried once per record to fail.
+// a full batch is flushed under ctx. Within Run, a full batch that cannot
+// be stored because the generation of ctx (the loop's) ended suspends the
+// loop's records until the revocation (resumeLate): the batch keeps
+// max_rows, and the stores are not tried once per record to fail.
 func (r *Runner) admitted(ctx context.Context) error {
 	r.batch.Bytes += 16 // coordinates
 	if !r.full() {
 		return nil
 	}
 	err := r.flushNow(ctx)
-	if r.async && r.revoking == nil && r.genEnded() && r.full() {
+	if r.async && genEnded(ctx) && r.full() {
 		r.suspended = true
 		return nil
 	}

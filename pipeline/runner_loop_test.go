@@ -1297,3 +1297,65 @@ func TestRunLoopBacklogBatches(t *testing.T) {
 		})
 	})
 }
+
+// scheduledSink counts the batches it gets, empty or not, with a
+// schedule (pipeline.Scheduled).
+type scheduledSink struct {
+	mu    sync.Mutex
+	every time.Duration
+	empty []time.Time // when each empty batch came
+	full  int
+}
+
+func (s *scheduledSink) Every() time.Duration { return s.every }
+
+func (s *scheduledSink) Consume(_ context.Context, b *pipeline.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Empty() {
+		s.empty = append(s.empty, time.Now())
+	} else {
+		s.full++
+	}
+	return nil
+}
+
+func (s *scheduledSink) counts() (empty []time.Time, full int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.empty), s.full
+}
+
+// TestRunLoopSchedule: a Scheduled sink gets an empty batch from the loop
+// when no batch reached it for its Every, at the loop's next tick, and
+// none while batches come more often.
+func TestRunLoopSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		sink := &scheduledSink{every: 30 * time.Second}
+		in := make(chan pipeline.Input, 8)
+		done, _ := foldLoopOn(t, pipeline.DefaultRunnerConfig(), in, sink) // a tick every second
+		time.Sleep(95 * time.Second)
+		synctest.Wait()
+		empty, full := sink.counts()
+		var at []time.Duration
+		for _, e := range empty {
+			at = append(at, e.Sub(start))
+		}
+		if fmt.Sprint(at) != "[1s 31s 1m1s 1m31s]" || full != 0 {
+			t.Errorf("idle: empty batches at %v, %d others; want at the first tick, then every 30 s, and no other", at, full)
+		}
+		// A record every 10 s: each flush reaches the sink within the
+		// schedule, so no empty batch.
+		for i := range 12 {
+			in <- pipeline.Input{Message: liveMsg(t, int64(i), "epoch 0", "j-0")}
+			time.Sleep(10 * time.Second)
+		}
+		synctest.Wait()
+		if e, full := sink.counts(); len(e) != len(empty) || full == 0 {
+			t.Errorf("with records every 10 s: %d more empty batches, %d others; want none, and the records' batches",
+				len(e)-len(empty), full)
+		}
+		stopLoop(t, in, done)
+	})
+}

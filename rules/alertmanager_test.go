@@ -242,7 +242,8 @@ func TestRulesAlertmanagerIntegration(t *testing.T) {
 	for _, j := range []string{"llm-a", "llm-b", "bert"} {
 		e.Forget(pipeline.JobKey(cluster, "ml", j))
 	}
-	if err := st.tick(ctx); err != nil {
+	// The run loop's scheduled batch: empty, it evaluates.
+	if err := st.Consume(ctx, &pipeline.Batch{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, "Alertmanager to drop the resolved alerts", func() bool {

@@ -14,10 +14,12 @@ import (
 
 // Config configures the engine and the stage that schedules it.
 type Config struct {
-	// Interval is how often Stage.Run evaluates on its own, between the
-	// evaluations that stored batches trigger: rules about absence and
-	// time (`now`, `for`, keep_firing_for) progress on it. 30 s is half
-	// of Prometheus' default evaluation interval, well inside the
+	// Interval is the stage's schedule (Stage.Every): the run loop hands
+	// the stage an empty batch when no batch reached it for this long,
+	// and every batch is an evaluation, so rules about absence and time
+	// (`now`, `for`, keep_firing_for) progress at least this often (plus
+	// the loop's tick, a quarter of pipeline.batch.max_wait). 30 s is
+	// half of Prometheus' default evaluation interval, well inside the
 	// minutes that the absence rules wait.
 	Interval time.Duration `yaml:"interval"`
 	// Retention keeps a resolved alert's state after it resolved, so

@@ -17,14 +17,17 @@ import (
 // evaluates the rules, and passes the batch on with the alert state changes
 // added (Batch.Alerts), so that they are stored in the same insert as the
 // summaries that caused them and committed with them. Only after the sink
-// accepted the batch are the changes handed to the notifiers. Run
-// evaluates on a schedule between batches (absence rules) and stores what
-// changed on its own.
+// accepted the batch are the changes handed to the notifiers. The stage
+// is pipeline.Scheduled: rules about absence and time progress between
+// batches because the run loop hands it an empty batch when none came for
+// the interval; the loop stores what that evaluation changed like every
+// other batch, so the loop is the chain's one writer. Run runs the
+// notifiers.
 //
 // Ownership: Consume does not keep or mutate b; it passes the sink a
-// shallow copy whose Alerts it owns. Consume and Run's evaluations
-// serialise on one mutex, so the sink never sees concurrent calls. Consume
-// blocks as long as the sink does.
+// shallow copy whose Alerts it owns. Calls of Consume serialise on one
+// mutex, so the sink never sees concurrent calls. Consume blocks as long
+// as the sink does.
 type Stage struct {
 	eng       *Engine
 	next      pipeline.Consumer
@@ -40,7 +43,7 @@ type Stage struct {
 
 // maxUnstored bounds the changes held while the sink refuses them; beyond
 // it the oldest are dropped (and counted). The sink being down blocks the
-// pipeline too, so only the scheduled evaluations add to it.
+// pipeline too, so only the retries of a batch add to it.
 const maxUnstored = 10000
 
 // StageDeps are the stage's collaborators.
@@ -54,8 +57,8 @@ type StageDeps struct {
 	Now func() time.Time
 }
 
-// NewStage returns the rules tap in front of next. interval is the
-// schedule of Run (Config.Interval).
+// NewStage returns the rules tap in front of next. interval is its
+// schedule (Every; Config.Interval).
 func NewStage(eng *Engine, next pipeline.Consumer, interval time.Duration, deps StageDeps) *Stage {
 	if deps.Now == nil {
 		deps.Now = time.Now
@@ -67,15 +70,23 @@ func NewStage(eng *Engine, next pipeline.Consumer, interval time.Duration, deps 
 // Engine returns the stage's engine.
 func (s *Stage) Engine() *Engine { return s.eng }
 
+// Every is the stage's schedule (pipeline.Scheduled): the run loop hands
+// it an empty batch when none came for this long.
+func (s *Stage) Every() time.Duration { return s.interval }
+
 // Consume observes b's summaries, evaluates, and passes b on to the sink
-// with the alert changes (and any not yet stored) in Alerts. When the sink
-// fails the changes are kept for the caller's retry.
+// with the alert changes (and any not yet stored) in Alerts. An empty
+// batch (the loop's schedule) without changes is not passed on. When the
+// sink fails the changes are kept for the caller's retry.
 func (s *Stage) Consume(ctx context.Context, b *pipeline.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.eng.ObserveBatch(b)
 	s.evalLocked()
 	if len(s.unstored) == 0 {
+		if b.Empty() {
+			return nil // nothing to store
+		}
 		return s.next.Consume(ctx, b)
 	}
 	nb := *b
@@ -116,9 +127,8 @@ func (s *Stage) storedLocked() {
 	}
 }
 
-// Run evaluates every interval and stores the changes as a batch of alerts
-// alone (no offsets to commit), then notifies; it also runs the notifiers.
-// It returns when ctx is done and the notifiers have stopped.
+// Run runs the notifiers until ctx is done, and returns when they have
+// stopped.
 func (s *Stage) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, n := range s.notifiers {
@@ -128,43 +138,16 @@ func (s *Stage) Run(ctx context.Context) error {
 			_ = n.Run(ctx)
 		}()
 	}
-	defer wg.Wait()
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := s.tick(ctx); err != nil && ctx.Err() == nil {
-				// The count is in err: s.unstored is read only under s.mu.
-				s.log.Warn().Err(err).Msg("storing alert changes failed; kept for the next batch")
-			}
-		}
-	}
-}
-
-// tick is one scheduled evaluation: evaluate, store the changes, notify.
-func (s *Stage) tick(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.evalLocked()
-	if len(s.unstored) == 0 {
-		return nil
-	}
-	b := &pipeline.Batch{Alerts: s.unstored}
-	if err := s.next.Consume(ctx, b); err != nil {
-		return fmt.Errorf("store %d alert changes: %w", len(s.unstored), err)
-	}
-	s.storedLocked()
+	wg.Wait()
 	return nil
 }
 
 // Setup is the whole of the rules' wiring for `ncclwatch run`: it loads
 // cfg.Files, builds the engine, the notifiers and the stage in front of
-// next. Run the stage's Run in the service's group; the stage sees the
-// stream through the batches it consumes (Engine.ObserveBatch), with the
-// runner's RunnerDeps.Observe on.
+// next. Run the stage's Run (the notifiers) in the service's group and
+// make it the run loop's sink (its schedule, pipeline.Scheduled); the
+// stage sees the stream through the batches it consumes
+// (Engine.ObserveBatch), with the runner's RunnerDeps.Observe on.
 func Setup(cfg ServiceConfig, next pipeline.Consumer, deps SetupDeps) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -14,9 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
 )
 
 // recordingSink keeps copies of the batches it accepts; fail makes the next
@@ -132,8 +135,9 @@ func TestRulesStageAlertsInSameBatch(t *testing.T) {
 		if n := len(rec.requests()); n != 0 {
 			t.Errorf("%d notifications for a pending alert; want none", n)
 		}
-		// `for: 2m` passes on the schedule... of a stage with a one-hour
-		// interval: nothing yet. The next batch evaluates.
+		// `for: 2m` passes without a batch (the stage is not run by a
+		// loop here, so nothing is scheduled): nothing yet. The next
+		// batch evaluates.
 		time.Sleep(2 * time.Minute)
 		if err := st.Consume(ctx, &pipeline.Batch{}); err != nil {
 			t.Fatal(err)
@@ -158,9 +162,10 @@ func TestRulesStageAlertsInSameBatch(t *testing.T) {
 	})
 }
 
-// The schedule: absence and `for` progress without batches; the changes are
-// stored as a batch of alerts alone, then sent to Alertmanager, which hears
-// about a firing alert again every resend interval until it resolves.
+// The schedule: absence and `for` progress without batches, the run loop
+// handing the stage an empty batch every interval; the changes are stored
+// as a batch of alerts alone, then sent to Alertmanager, which hears about
+// a firing alert again every resend interval until it resolves.
 func TestRulesStageScheduleAndResend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rs := mustParse(t, `groups:
@@ -185,6 +190,13 @@ func TestRulesStageScheduleAndResend(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error)
 		go func() { done <- st.Run(ctx) }()
+		// A run loop with no records, the stage its sink.
+		in := make(chan pipeline.Input)
+		loopDone := make(chan error)
+		r := pipeline.NewRunner(pipeline.DefaultRunnerConfig(), pipeline.RunnerDeps{NewAssembler: assemble.Factory,
+			NewDecoder: func() pipeline.Decoder { return parsers.NewDecoder(parsers.DefaultDecoderConfig()) },
+			Classifier: &parsers.Lines{}, Sink: st, Observe: true, Logger: zerolog.Nop()})
+		go func() { loopDone <- r.Run(ctx, in) }()
 
 		start := time.Now()
 		logs := func(node string) {
@@ -258,6 +270,10 @@ func TestRulesStageScheduleAndResend(t *testing.T) {
 		}
 		if v := testutil.ToFloat64(m.Notifications.WithLabelValues("am", "sent")); v != float64(n) {
 			t.Errorf("sent = %v; want %d", v, n)
+		}
+		close(in)
+		if err := <-loopDone; err != nil {
+			t.Errorf("Run = %v", err)
 		}
 		cancel()
 		<-done

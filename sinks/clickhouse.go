@@ -191,6 +191,14 @@ func WithMetrics(m *pipeline.Metrics) ClickHouseOption {
 // NewClickHouse validates cfg, connects, and reads the server version,
 // which decides the schema features (see Migrate) and whether inserts carry
 // deduplication tokens. It does not migrate.
+//
+// The first call installs, for the whole process and for good, the
+// driver's String column provider that makes an insert's columns at their
+// size (colsize.go): the driver has no other way to size them, and
+// growing them from empty is a large share of an insert's CPU and
+// allocation on load-shaped batches (BenchmarkClickHouseConsume). Every
+// String column the driver makes in the process goes through it; one not
+// announced by an insert of a sink is made empty, as without it.
 func NewClickHouse(ctx context.Context, cfg ClickHouseConfig, opts ...ClickHouseOption) (*ClickHouse, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
@@ -112,14 +113,10 @@ func classify(err error) error {
 func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
-	hint := c.strSizes.hint(t, b, &c.cfg)
-	announce(hint)
-	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
-	withdraw(hint)
+	batch, err := c.prepareInsert(ctx, t, b)
 	if err != nil {
 		return err
 	}
-	c.strSizes.learn(t, batch.Columns())
 	if err := t.fill(batch, b, &c.cfg); err != nil {
 		_ = batch.Abort()
 		// The values do not fit the table's columns: the table is not
@@ -127,6 +124,20 @@ func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch
 		return pipeline.Permanent(err)
 	}
 	return batch.Send()
+}
+
+// prepareInsert asks the server for the block of an insert into t, its
+// String columns made at the size of b's values (colsize.go).
+func (c *ClickHouse) prepareInsert(ctx context.Context, t *table, b *pipeline.Batch) (driver.Batch, error) {
+	hint := c.strSizes.hint(t, b, &c.cfg)
+	announce(hint)
+	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
+	withdraw(hint)
+	if err != nil {
+		return nil, err
+	}
+	c.strSizes.learn(t, batch.Columns())
+	return batch, nil
 }
 
 // Exception codes of ClickHouse (src/Common/ErrorCodes.cpp) that no retry

@@ -45,14 +45,12 @@ type colHint struct {
 var (
 	announced   atomic.Pointer[colHint]
 	installHook sync.Once
-	// sized counts the columns the hook made at an announced size.
-	sized atomic.Uint64
 )
 
-// installColStr installs the hook. The driver keeps it in a plain
-// variable that every column it makes reads, so NewClickHouse installs it
-// before its first connection exists, not an insert while a query of the
-// API may be reading blocks.
+// installColStr installs the hook, once per process. The driver keeps it
+// in a plain variable that every column it makes reads, so NewClickHouse
+// installs it before its first connection exists, not an insert while a
+// query of the API may be reading blocks.
 func installColStr() {
 	installHook.Do(func() { column.WithColStrProvider(sizedColStr) })
 }
@@ -83,7 +81,6 @@ func sizedColStr(name string) chproto.ColStr {
 	if !ok {
 		return chproto.ColStr{}
 	}
-	sized.Add(1)
 	return chproto.ColStr{Buf: make([]byte, 0, n), Pos: make([]chproto.Position, 0, h.rows)}
 }
 

@@ -313,9 +313,10 @@ func openStore(ctx context.Context, cfg serviceConfig, sink pipeline.Consumer, m
 
 // serve runs the service until ctx is done. It builds the chain — Kafka
 // source → run loop (decode, parse, assemble, enrich) → rules → sink →
-// live jobs → opts.after — and runs the source, the loop, the rules'
-// schedule, the HTTP endpoints and the lag gauges and inventory reloads as
-// goroutines of one group that exit when ctx does.
+// live jobs → opts.after — and runs the source, the loop (which also
+// keeps the rules' schedule), the rules' notifiers, the HTTP endpoints and
+// the lag gauges and inventory reloads as goroutines of one group that
+// exit when ctx does.
 func serve(ctx context.Context, cfg serviceConfig, log zerolog.Logger, opts serveOptions) error {
 	reg := opts.registry
 	if reg == nil {
