@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -503,7 +505,7 @@ func (c *ClickHouse) apply(ctx context.Context, m migration) error {
 					continue // added before an interruption
 				}
 			}
-			if err := c.exec(ctx, s); err != nil {
+			if err := c.execMigration(ctx, s); err != nil {
 				if add {
 					// Another instance migrating at the same time may
 					// have added it since the check.
@@ -516,6 +518,31 @@ func (c *ClickHouse) apply(ctx context.Context, m migration) error {
 		}
 	}
 	return nil
+}
+
+// unknownTableTries is how often a migration statement that finds a table
+// missing is tried: another instance migrating at the same time may be
+// between the DROP and the CREATE of a view that the statement reads
+// (job_verdicts' recreation), a window of milliseconds.
+const unknownTableTries = 5
+
+// execMigration runs one migration statement, trying it again after a
+// short wait while it fails for a missing table (code 60).
+func (c *ClickHouse) execMigration(ctx context.Context, s string) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := c.exec(ctx, s)
+		var ex *proto.Exception
+		if err == nil || try == unknownTableTries || !errors.As(err, &ex) || ex.Code != 60 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // CheckSchema verifies that every migration of this binary is recorded in
