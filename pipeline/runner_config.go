@@ -47,15 +47,14 @@ func (c BatchConfig) limits(behind bool) (rows, bytes int, wait time.Duration) {
 
 // BacklogLimits are BatchConfig's limits while the source is behind.
 type BacklogLimits struct {
-	// MaxRows 50 000, the live limit: the server's CPU per insert is
-	// mostly creating a part's files, so more rows while behind write
-	// fewer, larger parts, but two batches (one filling, one being
-	// stored) of them are most of the live heap, and the default memory
-	// bound (docs/configuration.md, "Memory") holds two of 50 000 rows.
-	// Raising it (120 000 halves the parts of a replay) wants GOMEMLIMIT
-	// raised with it.
+	// MaxRows 120 000: the server's CPU per insert is mostly creating a
+	// part's files, so while behind ncclwatch writes fewer, larger parts;
+	// on the load benchmark (deploy/local/load.sh) 50 000 rows doubled the
+	// parts and the server's CPU while consuming. Two batches of it are
+	// most of the live heap (docs/configuration.md, "Memory").
 	MaxRows int `yaml:"max_rows"`
-	// MaxBytes 16 MiB, the live cap, for the same reason.
+	// MaxBytes 32 MiB: twice the live cap, with MaxRows the memory of a
+	// batch being read while the one before it is stored.
 	MaxBytes int `yaml:"max_bytes"`
 	// MaxWait 3 s: a backlog fills a batch long before; it only matters
 	// for a slow one.
@@ -146,7 +145,7 @@ type RunnerConfig struct {
 func DefaultRunnerConfig() RunnerConfig {
 	return RunnerConfig{
 		Batch: BatchConfig{MaxRows: 50000, MaxBytes: 16 << 20, MaxWait: time.Second,
-			Backlog: BacklogLimits{MaxRows: 50000, MaxBytes: 16 << 20, MaxWait: 3 * time.Second}},
+			Backlog: BacklogLimits{MaxRows: 120000, MaxBytes: 32 << 20, MaxWait: 3 * time.Second}},
 		IdleEvict:          30 * time.Minute,
 		MaxRecordBytes:     1 << 20,
 		MaxDeadLetterBytes: 16 << 10,

@@ -155,9 +155,9 @@ func runService(args []string, stderr io.Writer) int {
 	if pct, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(pct)
 	}
-	if limit, ok := memoryLimit(os.Getenv, os.ReadFile, memoryBound(cfg.Pipeline)); ok {
+	if limit, ok := memoryLimit(os.Getenv, os.ReadFile); ok {
 		debug.SetMemoryLimit(limit)
-		log.Info().Int64("bytes", limit).Msg("Go memory limit set from the configured bounds, or 85 % of the cgroup's if lower (GOMEMLIMIT unset)")
+		log.Info().Int64("bytes", limit).Int64("bound", memoryBound(cfg.Pipeline)).Msg("Go memory limit set to 85 % of the container's (GOMEMLIMIT unset)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -205,11 +205,10 @@ func recordPrefilter(noTelemetry bool) func([]byte) bool {
 }
 
 // memoryLimitShare is the share of the container's memory limit that `run`
-// gives the Go heap's soft limit when GOMEMLIMIT is not set and the
-// configured bound (memoryBound) is higher: near the limit the runtime
-// collects harder instead of the kernel killing the process there. 85 %
-// leaves room for what is not heap (goroutine stacks, the runtime's own,
-// clickhouse-go's and kafka-go's buffers).
+// gives the Go heap's soft limit when GOMEMLIMIT is not set: near the
+// limit the runtime collects harder instead of the kernel killing the
+// process there. 85 % leaves room for what is not heap (goroutine stacks,
+// the runtime's own, clickhouse-go's and kafka-go's buffers).
 const memoryLimitShare = 0.85
 
 // Parts of memoryBound (docs/configuration.md, "Memory", names each with
@@ -217,29 +216,28 @@ const memoryLimitShare = 0.85
 // batch (the runtime, kafka-go's fetch and decompression buffers, the
 // queue, the live jobs' state, the insert's compressed blocks) with the
 // collector's room to work; batchRowBytes is one batch row with its share
-// of the insert's columns (a training_steps row is ~330 bytes in the
-// batch and as much again as columns).
+// of the insert's columns.
 const (
 	memoryBase    = 150 << 20
 	batchRowBytes = 1 << 10
 )
 
-// memoryBound returns the Go heap `run` is held to at a configuration:
+// memoryBound returns the heap a configuration needs held tight:
 // memoryBase and two batches (one filling, one being stored) of the larger
-// of the live and the backlog row limits. 250 MiB at the defaults: with
-// the GC target of 200 % the heap would grow to three times what is live
-// (~650–850 MB RSS on the load benchmark); held to the bound it collects
-// more often instead.
+// of the live and the backlog row limits. It is not applied by default:
+// held to it, the collector runs often enough to cost a third to a half
+// more CPU on the load benchmark (docs/performance.md, "Memory"); an
+// operator who wants the bound sets GOMEMLIMIT to it, and `run` logs it.
 func memoryBound(p pipeline.RunnerConfig) int64 {
 	rows := max(p.Batch.MaxRows, p.Batch.Backlog.MaxRows)
 	return memoryBase + 2*int64(rows)*batchRowBytes
 }
 
-// memoryLimit returns the soft memory limit to set for the service: bound,
-// or memoryLimitShare of the cgroup's memory limit (v2 memory.max, else v1
-// memory.limit_in_bytes) where that is lower; none when GOMEMLIMIT chooses
-// one.
-func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error), bound int64) (int64, bool) {
+// memoryLimit returns the soft memory limit to set for the service:
+// memoryLimitShare of the container's memory limit (cgroup v2 memory.max,
+// else v1 memory.limit_in_bytes); none without one or when GOMEMLIMIT
+// chooses one.
+func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error)) (int64, bool) {
 	if getenv("GOMEMLIMIT") != "" {
 		return 0, false
 	}
@@ -250,13 +248,13 @@ func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, erro
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		// "max" (v2) or a huge number (v1: no limit, a page-rounded
-		// MaxInt64) leave the bound.
+		// MaxInt64): no container limit.
 		if err != nil || n <= 0 || n >= 1<<60 {
-			break
+			return 0, false
 		}
-		return min(bound, int64(float64(n)*memoryLimitShare)), true
+		return int64(float64(n) * memoryLimitShare), true
 	}
-	return bound, true
+	return 0, false
 }
 
 // serveOptions are what a caller of serve chooses beside the
