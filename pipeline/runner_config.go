@@ -48,9 +48,8 @@ func (c BatchConfig) limits(behind bool) (rows, bytes int, wait time.Duration) {
 // BacklogLimits are BatchConfig's limits while the source is behind.
 type BacklogLimits struct {
 	// MaxRows 120 000: the server's CPU per insert is mostly creating a
-	// part's files, so while behind ncclwatch writes fewer, larger parts;
-	// on the load benchmark (deploy/local/load.sh) 50 000 rows doubled the
-	// parts and the server's CPU while consuming. Two batches of it are
+	// part's files, so while behind ncclwatch writes fewer, larger parts
+	// (docs/performance.md, "Backlog batches"). Two batches of it are
 	// most of the live heap (docs/configuration.md, "Memory").
 	MaxRows int `yaml:"max_rows"`
 	// MaxBytes 32 MiB: twice the live cap, with MaxRows the memory of a

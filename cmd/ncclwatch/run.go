@@ -225,9 +225,9 @@ const (
 // memoryBound returns the heap a configuration needs held tight:
 // memoryBase and two batches (one filling, one being stored) of the larger
 // of the live and the backlog row limits. It is not applied by default:
-// held to it, the collector runs often enough to cost a third to a half
-// more CPU on the load benchmark (docs/performance.md, "Memory"); an
-// operator who wants the bound sets GOMEMLIMIT to it, and `run` logs it.
+// held to it, the collector runs far more often and throughput falls
+// (docs/performance.md, "Memory"); an operator who wants the bound sets
+// GOMEMLIMIT to it, and `run` logs it.
 func memoryBound(p pipeline.RunnerConfig) int64 {
 	rows := max(p.Batch.MaxRows, p.Batch.Backlog.MaxRows)
 	return memoryBase + 2*int64(rows)*batchRowBytes
