@@ -95,43 +95,11 @@ func loopCluster(b *testing.B, fn func(rec []byte)) {
 // BenchmarkDecodeCluster decodes the envelope of the cluster shape's
 // records: the pods of ~24 jobs interleaved, so their metadata objects
 // come round less often than in the mixed stream's two pods.
-func BenchmarkDecodeCluster(b *testing.B) {
-	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
-	emit := func(*pipeline.Record) {}
-	loopCluster(b, func(rec []byte) {
-		if err := d.Decode(rec, emit); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
+func BenchmarkDecodeCluster(b *testing.B) { benchDecode(b, loopCluster) }
 
 // BenchmarkRecordPathCluster is BenchmarkRecordPath on the cluster
 // shape's records.
-func BenchmarkRecordPathCluster(b *testing.B) {
-	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
-	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-	var ev pipeline.Event
-	var tl pipeline.TelemetryLine
-	var nccl, tel int
-	emit := func(rec *pipeline.Record) {
-		isNCCL, isTel := lines.Line(rec.Text, &ev, &tl)
-		if isNCCL {
-			nccl++
-			lines.NextMessage(rec.Text)
-		}
-		if isTel {
-			tel++
-		}
-	}
-	loopCluster(b, func(rec []byte) {
-		if err := d.Decode(rec, emit); err != nil {
-			b.Fatal(err)
-		}
-	})
-	if nccl == 0 || tel == 0 {
-		b.Fatalf("nccl lines %d, telemetry lines %d; want both", nccl, tel)
-	}
-}
+func BenchmarkRecordPathCluster(b *testing.B) { benchRecordPath(b, loopCluster) }
 
 // BenchmarkPrefilterMixed is the run loop's prefilter (telemetry on) on
 // whole records.
@@ -146,10 +114,13 @@ func BenchmarkPrefilterMixed(b *testing.B) {
 }
 
 // BenchmarkDecodeMixed decodes every record's envelope.
-func BenchmarkDecodeMixed(b *testing.B) {
+func BenchmarkDecodeMixed(b *testing.B) { benchDecode(b, loopRecords) }
+
+// benchDecode decodes the envelope of every record loop hands it.
+func benchDecode(b *testing.B, loop func(*testing.B, func([]byte))) {
 	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
 	emit := func(*pipeline.Record) {}
-	loopRecords(b, func(rec []byte) {
+	loop(b, func(rec []byte) {
 		if err := d.Decode(rec, emit); err != nil {
 			b.Fatal(err)
 		}
@@ -161,7 +132,10 @@ func BenchmarkDecodeMixed(b *testing.B) {
 // glued-message split of NCCL lines. `run` has no record prefilter with
 // telemetry on (cmd/ncclwatch's recordPrefilter; BenchmarkPrefilterMixed
 // is what it cost).
-func BenchmarkRecordPath(b *testing.B) {
+func BenchmarkRecordPath(b *testing.B) { benchRecordPath(b, loopRecords) }
+
+// benchRecordPath is the whole parse path of every record loop hands it.
+func benchRecordPath(b *testing.B, loop func(*testing.B, func([]byte))) {
 	d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
 	lines := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
 	var ev pipeline.Event
@@ -177,7 +151,7 @@ func BenchmarkRecordPath(b *testing.B) {
 			tel++
 		}
 	}
-	loopRecords(b, func(rec []byte) {
+	loop(b, func(rec []byte) {
 		if err := d.Decode(rec, emit); err != nil {
 			b.Fatal(err)
 		}
