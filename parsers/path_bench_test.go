@@ -264,3 +264,113 @@ func BenchmarkLineTrainers(b *testing.B) {
 		})
 	}
 }
+
+// shapeLogs holds a raw log of each stream shape (`ncclwatch-load gen
+// --shape …`), split into lines, for BenchmarkScanShape.
+var shapeLogs struct {
+	once  sync.Once
+	data  map[loadtest.Shape][]byte
+	lines map[loadtest.Shape][][]byte
+}
+
+var benchShapes = []loadtest.Shape{loadtest.ShapeDefault, loadtest.ShapeRandomSteps, loadtest.ShapeCluster, loadtest.ShapeClusterInspector}
+
+func shapeLog(b *testing.B, s loadtest.Shape) ([]byte, [][]byte) {
+	b.Helper()
+	shapeLogs.once.Do(func() {
+		shapeLogs.data = map[loadtest.Shape][]byte{}
+		shapeLogs.lines = map[loadtest.Shape][][]byte{}
+		for _, s := range benchShapes {
+			cfg := loadtest.DefaultGenConfig()
+			cfg.Shape, cfg.Bytes = s, 8<<20
+			var buf bytes.Buffer
+			if _, err := loadtest.Generate(&buf, cfg); err != nil {
+				panic(err)
+			}
+			shapeLogs.data[s] = buf.Bytes()
+			for l := range bytes.Lines(buf.Bytes()) {
+				shapeLogs.lines[s] = append(shapeLogs.lines[s], bytes.TrimSuffix(l, []byte("\n")))
+			}
+		}
+	})
+	return shapeLogs.data[s], shapeLogs.lines[s]
+}
+
+// BenchmarkScanShape is the per-line work of `scan` on each shape's raw
+// log (8 MiB), one pass over the log per op. tel: telemetry on, where most
+// lines hold a token and scan hands every line of a block on
+// (pipeline.BlockScanner's dense stretch): the envelope and the line
+// parser on every line. nccl: telemetry off, the NCCL finder over 1 MiB
+// blocks and the line parser on the lines it finds. ns/line is per line
+// of the log either way.
+func BenchmarkScanShape(b *testing.B) {
+	for _, s := range benchShapes {
+		b.Run(string(s)+"/tel", func(b *testing.B) {
+			data, lines := shapeLog(b, s)
+			d := parsers.NewDecoder(parsers.DefaultDecoderConfig())
+			l := parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+			var ev pipeline.Event
+			var tl pipeline.TelemetryLine
+			var nccl, tel int
+			emit := func(rec *pipeline.Record) {
+				isNCCL, isTel := l.Line(rec.Text, &ev, &tl)
+				if isNCCL {
+					nccl++
+				}
+				if isTel {
+					tel++
+				}
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(data)))
+			cpu := parsers.CPUTime()
+			for b.Loop() {
+				for _, line := range lines {
+					if err := d.DecodeLine(line, emit); err != nil {
+						b.Fatal(err)
+					}
+					d.Flush(emit)
+				}
+			}
+			b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N*len(lines)), "cpu-ns/line")
+			if nccl == 0 || tel == 0 {
+				b.Fatalf("nccl lines %d, telemetry lines %d; want both", nccl, tel)
+			}
+		})
+		b.Run(string(s)+"/nccl", func(b *testing.B) {
+			data, lines := shapeLog(b, s)
+			f := &parsers.Finder{}
+			l := &parsers.Lines{}
+			var ev pipeline.Event
+			nccl := 0
+			b.ReportAllocs()
+			b.SetBytes(int64(len(data)))
+			cpu := parsers.CPUTime()
+			for b.Loop() {
+				for off := 0; off < len(data); off += 1 << 20 {
+					block := data[off:min(off+1<<20, len(data))]
+					f.Reset(block)
+					for pos := 0; pos < len(block); {
+						h := f.Next(pos)
+						if h < 0 {
+							break
+						}
+						start := bytes.LastIndexByte(block[:h], '\n') + 1
+						end := len(block)
+						if e := bytes.IndexByte(block[h:], '\n'); e >= 0 {
+							end = h + e
+						}
+						if l.Classify(block[start:end], &ev) {
+							nccl++
+						}
+						pos = end + 1
+					}
+				}
+			}
+			b.ReportMetric(float64(parsers.CPUTime()-cpu)/float64(b.N*len(lines)), "cpu-ns/line")
+			if nccl == 0 {
+				b.Fatal("no NCCL lines")
+			}
+		})
+	}
+}
