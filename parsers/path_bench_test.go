@@ -266,34 +266,32 @@ func BenchmarkLineTrainers(b *testing.B) {
 }
 
 // shapeLogs holds a raw log of each stream shape (`ncclwatch-load gen
-// --shape …`), split into lines, for BenchmarkScanShape.
-var shapeLogs struct {
+// --shape …`), split into lines, for BenchmarkScanShape; each is made
+// when a benchmark first asks for it.
+var shapeLogs = map[loadtest.Shape]*struct {
 	once  sync.Once
-	data  map[loadtest.Shape][]byte
-	lines map[loadtest.Shape][][]byte
-}
+	data  []byte
+	lines [][]byte
+}{loadtest.ShapeDefault: {}, loadtest.ShapeRandomSteps: {}, loadtest.ShapeCluster: {}, loadtest.ShapeClusterInspector: {}}
 
 var benchShapes = []loadtest.Shape{loadtest.ShapeDefault, loadtest.ShapeRandomSteps, loadtest.ShapeCluster, loadtest.ShapeClusterInspector}
 
 func shapeLog(b *testing.B, s loadtest.Shape) ([]byte, [][]byte) {
 	b.Helper()
-	shapeLogs.once.Do(func() {
-		shapeLogs.data = map[loadtest.Shape][]byte{}
-		shapeLogs.lines = map[loadtest.Shape][][]byte{}
-		for _, s := range benchShapes {
-			cfg := loadtest.DefaultGenConfig()
-			cfg.Shape, cfg.Bytes = s, 8<<20
-			var buf bytes.Buffer
-			if _, err := loadtest.Generate(&buf, cfg); err != nil {
-				panic(err)
-			}
-			shapeLogs.data[s] = buf.Bytes()
-			for l := range bytes.Lines(buf.Bytes()) {
-				shapeLogs.lines[s] = append(shapeLogs.lines[s], bytes.TrimSuffix(l, []byte("\n")))
-			}
+	l := shapeLogs[s]
+	l.once.Do(func() {
+		cfg := loadtest.DefaultGenConfig()
+		cfg.Shape, cfg.Bytes = s, 8<<20
+		var buf bytes.Buffer
+		if _, err := loadtest.Generate(&buf, cfg); err != nil {
+			panic(err)
+		}
+		l.data = buf.Bytes()
+		for line := range bytes.Lines(l.data) {
+			l.lines = append(l.lines, bytes.TrimSuffix(line, []byte("\n")))
 		}
 	})
-	return shapeLogs.data[s], shapeLogs.lines[s]
+	return l.data, l.lines
 }
 
 // BenchmarkScanShape is the per-line work of `scan` on each shape's raw
