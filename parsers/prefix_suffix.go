@@ -65,10 +65,12 @@ const maxRayNotice = 512
 func rayDedupSuffix(line []byte) int {
 	end := len(trimRightSpace(line))
 	from := max(0, end-len(tokRepeated)-len(tokAcross)-maxRankDigits-maxRayNotice)
-	// Every line comes here: the suffix is found by the ']' that closes
-	// it (a vectorised byte search rules most lines out), not by a
-	// substring search over the window.
-	if bytes.IndexByte(line[from:end], ']') < 0 {
+	// Every line comes here, and many hold a ']' (timestamps, tqdm bars,
+	// lr=[…]): one search for the suffix's "x across cluster]", which
+	// bytes.Index runs by its rare first byte, rules out every line without
+	// one before the walk back over the ']'s (bytes.LastIndexByte is a byte
+	// loop, not a vectorised search).
+	if bytes.Index(line[from:end], tokAcross) < 0 {
 		return 0
 	}
 	i := -1
