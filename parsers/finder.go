@@ -2,6 +2,7 @@ package parsers
 
 import (
 	"bytes"
+	"encoding/binary"
 
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
@@ -43,6 +44,18 @@ var finderAnchors = [...]struct {
 	{'P', []anchorTok{{3, 0}}},
 	{'=', []anchorTok{{4, 4}}},
 }
+
+// finderHeads are the first four bytes of each finder token, as
+// binary.LittleEndian.Uint32 reads them.
+var finderHeads = func() (h [len(finderTokens)]uint32) {
+	for i, t := range finderTokens {
+		if len(t) != 4 && len(t) != 5 {
+			panic("parsers: a finder token must be four or five bytes long")
+		}
+		h[i] = binary.LittleEndian.Uint32(t)
+	}
+	return h
+}()
 
 // anchorTok is finder token tok with its anchor byte at offset off.
 type anchorTok struct{ tok, off int }
@@ -110,8 +123,13 @@ func anchorSearch(b []byte, a, from int) int {
 		for _, t := range an.toks {
 			at := h - t.off
 			tok := finderTokens[t.tok]
+			// A token is four or five bytes: its first four are compared
+			// in one load, the fifth on its own, before the call of the
+			// plausibility check (bytes.Equal's call cost more than the
+			// comparison on the many hits that are no token).
 			if at < from || at+len(tok) > len(b) || (best >= 0 && at >= best) ||
-				!bytes.Equal(b[at:at+len(tok)], tok) || !plausibleAt(t.tok, b, at) {
+				binary.LittleEndian.Uint32(b[at:]) != finderHeads[t.tok] ||
+				len(tok) == 5 && b[at+4] != tok[4] || !plausibleAt(t.tok, b, at) {
 				continue
 			}
 			best = at
