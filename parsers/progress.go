@@ -208,7 +208,11 @@ func groupComma(b []byte, i int) bool {
 func (p *progressLine) field(b []byte, words []pword, i int) int {
 	w := words[i].b
 	if w[0] == '[' {
-		if end, ok := p.brackets(b, words[i].off); ok {
+		end, ok := p.brackets(b, words[i].off)
+		if !ok {
+			end = numericBracketEnd(b, words[i].off)
+		}
+		if ok || end > 0 {
 			for i < len(words) && words[i].off < end {
 				i++
 			}
@@ -226,7 +230,9 @@ func (p *progressLine) field(b []byte, words []pword, i int) int {
 			for j < len(words) && isAssign(words[j].b) {
 				j++
 			}
-			if j >= len(words) {
+			if j >= len(words) || emptyKey(words[j].b) {
+				// "…|ip-26-0-160-225]: iteration: 992" (148): a key
+				// is no value; it is read as the next field.
 				return j
 			}
 			val = words[j].b
@@ -411,6 +417,25 @@ func (p *progressLine) brackets(b []byte, off int) (end int, ok bool) {
 		}
 	}
 	return i, true
+}
+
+// numericBracketEnd returns the end of the bracket at b[off] when it opens
+// with a number but is no group brackets reads: open_clip's "[    64/109468
+// (0%)]" (samples and a percentage, 150), "[00:04/1:05:18]". Such a bracket
+// is neither a counter nor a figure, and no number in it is read. It
+// returns 0 for any other bracket.
+func numericBracketEnd(b []byte, off int) int {
+	j := bytes.IndexByte(b[off:], ']')
+	if j < 0 || !startsNumber(bytes.TrimLeft(b[off+1:off+j], " \t")) {
+		return 0
+	}
+	return off + j + 1
+}
+
+// emptyKey reports whether w is a key with no value after it ("iteration:").
+func emptyKey(w []byte) bool {
+	_, val, ok := splitKeyValue(w)
+	return ok && len(val) == 0 && w[len(w)-1] == ':'
 }
 
 // set records a figure of field f, the number num in unit, the first of

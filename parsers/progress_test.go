@@ -128,6 +128,18 @@ var progressCases = []struct {
 	{"JSON is the JSON reader's", `{"iter": 5, "loss": 2.0, "time": 1.0}`, nil},
 	{"a step and no figure", `step 5 of 100 done, lr 0.1, Loss scale 1024`, nil},
 	{"no finder token: not read", `step 5, loss 2.0, time 1.5s`, nil},
+	{"148 a key is no value", `01/17/2024 13:47:27 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: 992 / 1000 | consumed_tokens: 635K | elapsed_time_per_iteration_ms: 41.2 | tokens_per_sec: 15.5K | lm_loss: 10.6 | model_tflops_per_gpu: 0.0095`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 992)
+			l.Loss = 10.6
+		}},
+	{"151 bracketed fraction after Iter(train)", `2024/05/07 12:12:48 - mmengine - INFO - Iter(train) [1020/2046]  lr: 1.0546e-04  eta: 0:56:17  time: 2.8955  data_time: 0.0172  memory: 15266  loss: 0.8473  grad_norm: 0.0009`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 1020)
+			l.Loss, l.StepTime = 0.8473, 2.8955
+		}},
+	{"150 samples and a percentage in a bracket are no counter", `2023-06-29,15:45:36 | INFO | Train Epoch: 0 [  6464/109468 (3%)] Loss: 0.97884 (1.023) Data (t): 0.158 Batch (t): 0.559, 36.0876/s LR: 0.000001 Logit Scale: 99.995 - V4`, nil},
+	{"torchtune bar: its bracket is no figure", `1|1625|Loss: 1.5839784145355225: 100%|██████████| 1625/1625 [22:01<00:00,  1.23it/s]`, nil},
 }
 
 func TestGenericProgress(t *testing.T) {
