@@ -305,17 +305,9 @@ type Input struct {
 	Message Message
 	// Messages, when not nil, are records handled in order instead of
 	// Message: a source hands over what it fetched in one channel send.
-	Messages []Message
-	// Release, when not nil, is called by the loop once it no longer reads
-	// Messages, their Key and Value bytes included: the source may then
-	// reuse the buffer they are slices of. The loop copies what it keeps of a record
-	// (events, dead letters, metadata), as it must anyway for the buffers
-	// its parse workers reuse. A run the loop drops (a reset, a stop) or
-	// keeps through a suspension is never released: the garbage collector
-	// takes its buffer instead, so a missed call costs an allocation and
-	// an early one is the only mistake (race-enabled builds of the Kafka
-	// source poison released buffers to catch it).
-	Release    func()
+	// The slice and the records' Key and Value bytes become the loop's:
+	// the source must not reuse them.
+	Messages   []Message
 	Partitions []Partition
 	Ctx        context.Context
 	// Done, for assignments and revocations, gets the loop's answer; it

@@ -58,26 +58,25 @@ func (r *Runner) take(ctx context.Context, x Input) error {
 		ms = []Message{x.Message}
 	}
 	if r.suspended {
-		r.late = append(r.late, ms) // never released (Input.Release)
+		r.late = append(r.late, ms)
 		return nil
 	}
-	return r.feed(ctx, ms, x.Release)
+	return r.feed(ctx, ms)
 }
 
 // feed processes a run of records: sent to the parse workers, or parsed
-// and applied on the loop. release, if not nil, is the run's
-// Input.Release.
-func (r *Runner) feed(ctx context.Context, ms []Message, release func()) error {
+// and applied on the loop.
+func (r *Runner) feed(ctx context.Context, ms []Message) error {
 	if r.pool != nil {
-		return r.dispatch(ctx, ms, release)
+		return r.dispatch(ctx, ms)
 	}
-	return r.messages(ctx, ms, release)
+	return r.messages(ctx, ms)
 }
 
 // messages processes records in order; a fatal error stops it, and a
 // suspension (the generation ended with the batch full) keeps the rest
-// for the revocation. release is called once all of ms was processed.
-func (r *Runner) messages(ctx context.Context, ms []Message, release func()) error {
+// for the revocation.
+func (r *Runner) messages(ctx context.Context, ms []Message) error {
 	now := r.deps.Now() // a run's records were fetched together: one clock read
 	for i := range ms {
 		if r.suspended {
@@ -88,9 +87,6 @@ func (r *Runner) messages(ctx context.Context, ms []Message, release func()) err
 			return err
 		}
 		now = r.later(now)
-	}
-	if release != nil {
-		release()
 	}
 	return nil
 }
@@ -117,7 +113,7 @@ func (r *Runner) resumeLate(ctx context.Context) error {
 		return err
 	}
 	for _, ms := range late {
-		if err := r.feed(ctx, ms, nil); err != nil {
+		if err := r.feed(ctx, ms); err != nil {
 			return err
 		}
 	}

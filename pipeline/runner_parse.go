@@ -205,31 +205,6 @@ type parseJob struct {
 	done  chan struct{} // one value when the worker is through with the job
 	ready bool          // done's value was received
 	next  int           // records applied so far (a suspension stops apply between two)
-	run   *runRelease   // the Input.Release of the run msgs are of, nil: none
-}
-
-// runRelease calls a run's Input.Release once every job made of the run
-// was applied: jobs counts those not yet applied, sealed says all of them
-// were made. A run whose rest went to Runner.late is never released
-// (release set to nil).
-type runRelease struct {
-	release func()
-	jobs    int
-	sealed  bool
-}
-
-// done counts one job of the run applied.
-func (rr *runRelease) done() {
-	rr.jobs--
-	rr.maybe()
-}
-
-// maybe calls release when the run is through.
-func (rr *runRelease) maybe() {
-	if rr.sealed && rr.jobs == 0 && rr.release != nil {
-		rr.release()
-		rr.release = nil
-	}
 }
 
 // parsedRecord is what a worker made of one record of a job.
@@ -402,10 +377,7 @@ func (p *parsePool) pop() *parseJob {
 
 // release keeps an applied job for its buffers.
 func (p *parsePool) release(j *parseJob) {
-	if j.run != nil {
-		j.run.done()
-	}
-	j.msgs, j.flush, j.ready, j.next, j.run = nil, false, false, 0, nil
+	j.msgs, j.flush, j.ready, j.next = nil, false, false, 0
 	clear(j.recs) // the errors
 	p.free = append(p.free, j)
 }
@@ -413,18 +385,9 @@ func (p *parsePool) release(j *parseJob) {
 // dispatch sends records to the parse workers: each run of consecutive
 // records of one worker's partitions is one job. When as many jobs are
 // out as may be, the oldest is applied first; a suspension meanwhile
-// keeps the records not sent for the revocation. release, if not nil, is
-// called once every job of ms was applied (runRelease).
-func (r *Runner) dispatch(ctx context.Context, ms []Message, release func()) error {
+// keeps the records not sent for the revocation.
+func (r *Runner) dispatch(ctx context.Context, ms []Message) error {
 	p := r.pool
-	var run *runRelease
-	if release != nil {
-		run = &runRelease{release: release}
-		defer func() {
-			run.sealed = true
-			run.maybe()
-		}()
-	}
 	for len(ms) > 0 {
 		w := p.worker(partKey{ms[0].Topic, ms[0].Partition})
 		n := 1
@@ -438,17 +401,10 @@ func (r *Runner) dispatch(ctx context.Context, ms []Message, release func()) err
 		}
 		if r.suspended {
 			r.late = append(r.late, ms)
-			if run != nil {
-				run.release = nil // the rest is fed again without it
-			}
 			return nil
 		}
 		j := p.job(r.resets)
 		j.msgs = ms[:n:n]
-		if run != nil {
-			j.run = run
-			run.jobs++
-		}
 		p.send(w, j)
 		ms = ms[n:]
 	}
