@@ -26,14 +26,32 @@
 //	    rest in input order. Both end in the same step (Processor.take).
 //	  - enrich: Enricher joins a job with the inventory — the expectation
 //	    of its nodes and their topology — before its summaries are built
-//	    (Runner.summarize for run, runScan for scan).
+//	    (assembly.summarize for run, runScan for scan).
 //	  - rules: rules.Stage is a Consumer in front of the sink; scan
 //	    evaluates the same rules over its one job.
 //	  - sink: a Consumer — ClickHouse or JSON lines (sinks), the read API's
 //	    live jobs and demo's terminal table after it; scan prints a table
 //	    or one JSON document.
 //
-// The run loop (Runner.Run, runner*.go) delivers: it batches, stores one
-// batch at a time through the sink chain with retries, commits the
-// offsets a stored batch covers and handles assignments and revocations.
+// # The run loop
+//
+// Runner.Run (runner*.go) is the delivery loop: one goroutine that takes
+// the source's Inputs, batches, stores one batch at a time through the
+// sink chain with retries, commits the offsets a stored batch covers and
+// handles assignments and revocations. Its parse workers (runner_parse.go)
+// decode and parse records beside it; the loop applies their results in
+// input order. Two types it drives own the rest of the state:
+//
+//   - assembly (stage_assembly.go) is the assemble and enrich stages: the
+//     Processor and NCCL assembler, the TelemetryAssembler, the open
+//     batch's rows, which jobs changed since the last batch, the line
+//     path's caches, and the flush preparation that builds summaries with
+//     the Enricher. The loop feeds it lines (assembly.line) or parsed
+//     records (assembly.apply) and asks it for the batch (assembly.prepare).
+//   - commitPolicy (commit_policy.go) is the partitions' state: how far
+//     each was read and its high water mark (backlog accounting), the
+//     offsets the open batch covers, partial-line and fold-window holds,
+//     and the commits deferred batches owe. The loop asks it which offsets
+//     a batch may commit (stage, owe, pay) and what may be committed
+//     between batches (released).
 package pipeline

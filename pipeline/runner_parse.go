@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"maps"
 	"slices"
 	"sync"
 )
@@ -459,8 +458,8 @@ func (r *Runner) applyAll(ctx context.Context) error {
 // flush of a full batch. A fatal flush error stops it.
 func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 	if j.flush {
-		r.curNow = r.deps.Now()
-		r.proc.applyRange(&j.out, 0, int(j.recs[0].end), r.foldf)
+		r.stage.now = r.deps.Now()
+		r.stage.apply(&j.out, 0, int(j.recs[0].end))
 		return nil
 	}
 	from := 0
@@ -480,7 +479,7 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 			from = int(pr.end)
 			continue // draining: the record is not taken, as in message
 		}
-		r.proc.applyRange(&j.out, from, int(pr.end), r.foldf)
+		r.stage.apply(&j.out, from, int(pr.end))
 		from = int(pr.end)
 		r.settleRecord(m, k, pr.outcome, pr.lines, pr.pending, pr.err)
 		if err := r.admitted(ctx); err != nil && fatal(err) {
@@ -502,8 +501,7 @@ func (r *Runner) drainParsed(ctx context.Context) error {
 	if err := r.applyAll(ctx); err != nil {
 		return err
 	}
-	ks := slices.SortedFunc(maps.Keys(r.parts), comparePart)
-	for _, k := range ks {
+	for _, k := range r.commits.partitions() {
 		for r.pool.full() {
 			if err := r.applyNext(ctx); err != nil {
 				return err
@@ -511,7 +509,7 @@ func (r *Runner) drainParsed(ctx context.Context) error {
 		}
 		j := r.pool.job(r.resets)
 		j.flush = true
-		j.fmsg = Message{Topic: k.topic, Partition: k.part, Offset: r.offsets[k] - 1}
+		j.fmsg = r.commits.last(k)
 		r.pool.send(r.pool.worker(k), j)
 	}
 	return r.applyAll(ctx)
