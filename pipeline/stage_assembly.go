@@ -104,8 +104,17 @@ func (a *assembly) reset() {
 	a.sampler = nil
 }
 
-// line applies a decoded, stamped line: its NCCL events and its
-// telemetry. It is the entry point of a line not parsed yet.
+// apply is the stage's one entry point: it applies the lines a Parser
+// read into pr, from its message from to to, in input order: their NCCL
+// events go to the assembler (and the tap), their telemetry to fold.
+func (a *assembly) apply(pr *Parsed, from, to int) { a.proc.applyRange(pr, from, to, a.foldf) }
+
+// line parses a decoded, stamped line on the caller's goroutine and
+// applies it: the run loop's inline path. Processor.Record parses with a
+// Parser and applies what it kept as apply does; the line's telemetry,
+// read in the same call, goes to fold from the Parser as it is (most
+// lines of trainer output are telemetry, and copying each into a Parsed
+// and out again costs the inline path a visible share of its CPU).
 func (a *assembly) line(rec *Record) {
 	a.proc.Record(rec)
 	a.gave = a.gave || a.proc.gave
@@ -113,11 +122,6 @@ func (a *assembly) line(rec *Record) {
 		a.fold(rec, tl)
 	}
 }
-
-// apply applies the lines a Parser read into pr, from its message from
-// to to (a parse worker's records, in input order): what line does for a
-// line not parsed yet.
-func (a *assembly) apply(pr *Parsed, from, to int) { a.proc.applyRange(pr, from, to, a.foldf) }
 
 // fold hands a line's telemetry to the telemetry assembler.
 func (a *assembly) fold(rec *Record, tl *TelemetryLine) {
