@@ -98,7 +98,7 @@ type partKey struct {
 //
 // The Runner itself holds the delivery: batching, the flight and its
 // retries, commits, assignments and revocations. Two parts it drives own
-// the rest: stage (assembly) holds everything assembled from the lines
+// the rest: stage (Assembly) holds everything assembled from the lines
 // and builds each batch, and commits (commitPolicy) holds the partitions'
 // state and says which offsets a batch may commit.
 //
@@ -111,7 +111,7 @@ type Runner struct {
 	deps RunnerDeps
 	log  zerolog.Logger
 
-	stage   assembly       // the assemble and enrich stages, and the open batch
+	stage   Assembly       // the assemble and enrich stages, and the open batch
 	commits commitPolicy   // what a stored batch may commit
 	dec     *recordDecoder // the inline path's decoders, one per partition: partial lines join within it
 	// resets counts reset calls: a parse job carries the count it was sent

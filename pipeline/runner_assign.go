@@ -82,7 +82,7 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 }
 
 // rebuildEvents feeds the stored events of the assigned partitions below
-// their commits to the assembly stage (assembly.rebuild).
+// their commits to the assembly stage (Assembly.rebuild).
 func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 	if r.deps.Loader == nil || len(parts) == 0 {
 		return nil

@@ -241,7 +241,7 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 // doubling up to MaxBackoff.
 func (r *Runner) backoff() Backoff { return Backoff{Min: r.cfg.RetryBackoff, Max: r.cfg.MaxBackoff} }
 
-// dropBatch empties the open batch (assembly.drop) and forgets the
+// dropBatch empties the open batch (Assembly.drop) and forgets the
 // offsets it covers.
 func (r *Runner) dropBatch() {
 	r.stage.drop()

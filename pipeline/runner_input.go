@@ -225,7 +225,7 @@ func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 }
 
 // settleRecord does what is left of a record after its lines were
-// applied: the dead letters and the activity sample (assembly.settle),
+// applied: the dead letters and the activity sample (Assembly.settle),
 // the partition's partial line (commitPolicy.settle).
 func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines int32, pending bool, err error) {
 	r.stage.settle(m, out, lines, err)

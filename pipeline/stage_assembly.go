@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// assembly is the assemble and enrich stages of the run loop: the loop
+// Assembly is the assemble and enrich stages of the run loop: the loop
 // feeds it records, parsed (apply) or as stamped lines (line), and asks it
 // for the batch to store (prepare). It owns:
 //   - the NCCL assembler (asm), the Processor that feeds it, and the
@@ -31,7 +31,7 @@ import (
 // applied to each job as its summary is built. It knows nothing of
 // offsets or commits (commitPolicy) nor of the sink (Runner). Not safe
 // for concurrent use: the loop's goroutine calls it.
-type assembly struct {
+type Assembly struct {
 	cfg  RunnerConfig
 	deps RunnerDeps
 
@@ -76,11 +76,80 @@ type assembly struct {
 	sampler Decoder              // decodes the activity samples
 	sampled map[string]time.Time // Kafka key → last activity sample
 	namer   JobNamer
+	source  string // a file front end's input at hand (SetSource)
+}
+
+// NewFileAssembly returns the stage as a front end without a run loop
+// uses it (scan, guard): every NCCL event goes to asm as job's, every
+// telemetry line to tel (nil: telemetry off) as the input SetSource
+// named last, and en enriches what Summary returns. Line reads lines
+// with cls. It keeps no rows (no tap, no batch): such a front end
+// reports summaries, not batches. Only Apply, Line, SetSource, Summary
+// and Stats serve it.
+func NewFileAssembly(asm NCCLAssembler, cls Classifier, job string, tel *TelemetryAssembler, en Enricher) *Assembly {
+	a := &Assembly{asm: asm, tel: tel, enrich: en}
+	a.proc = NewProcessor(asm, cls, func(*Record) string { return job })
+	if tel != nil {
+		a.foldf = a.foldSource
+	}
+	return a
+}
+
+// SetSource names the input whose records Apply gets next: a file front
+// end reports nccl-tests runs and training series per input (they do not
+// continue from one input into the next).
+func (a *Assembly) SetSource(name string) { a.source = name }
+
+// Apply applies everything pr holds (apply over all of it): the entry
+// point of a front end whose parsing runs elsewhere (scan's search
+// goroutines).
+func (a *Assembly) Apply(pr *Parsed) {
+	a.proc.Stats.Records += pr.records
+	a.proc.Stats.Bytes += pr.bytes
+	a.apply(pr, 0, pr.len())
+}
+
+// Line parses and applies one decoded line on the caller's goroutine
+// (Processor.Record, then its telemetry): the entry point of a file front
+// end that reads line by line (guard).
+func (a *Assembly) Line(rec *Record) {
+	a.proc.Record(rec)
+	if tl, ok := a.proc.Telemetry(); ok && a.foldf != nil {
+		a.foldf(rec, tl)
+	}
+}
+
+// Stats returns what the stage's processor counted.
+func (a *Assembly) Stats() ProcessorStats { return a.proc.Stats }
+
+// Summary returns job's communicator and job summaries, enriched (the
+// enrich stage: its expectation from the inventory first, its topology
+// after); ok is false when the stage holds no state of job.
+func (a *Assembly) Summary(job string) (comms []CommSummary, sum JobSummary, ok bool) {
+	comms, sum, _, ok = a.summary(job)
+	return comms, sum, ok
+}
+
+// summary is Summary; placed reports that the inventory set sum's
+// topology.
+func (a *Assembly) summary(job string) (comms []CommSummary, sum JobSummary, placed, ok bool) {
+	e := a.enrich.Expect(a.asm, job)
+	comms, sum, ok = a.asm.Summaries(job)
+	if !ok {
+		return nil, sum, false, false
+	}
+	return comms, sum, a.enrich.Place(a.asm, job, e, &sum), true
+}
+
+// foldSource is fold for a file front end: the line's telemetry is the
+// input's at hand (SetSource), and no rows are kept.
+func (a *Assembly) foldSource(rec *Record, tl *TelemetryLine) {
+	a.tel.Add(a.source, rec.Meta, tl, rec.Time, Source{Topic: a.source}, nil)
 }
 
 // init sets a up; it must not be copied afterwards (linef and foldf are
 // bound to it).
-func (a *assembly) init(cfg RunnerConfig, deps RunnerDeps) {
+func (a *Assembly) init(cfg RunnerConfig, deps RunnerDeps) {
 	a.cfg, a.deps = cfg, deps
 	a.namer = JobNamer{Labels: cfg.JobLabels}
 	a.enrich = Enricher{Inventory: deps.Inventory, Default: cfg.Assembler.Expect}
@@ -88,7 +157,7 @@ func (a *assembly) init(cfg RunnerConfig, deps RunnerDeps) {
 }
 
 // reset drops all assembled state and the open batch's summary cadence.
-func (a *assembly) reset() {
+func (a *Assembly) reset() {
 	a.asm = a.deps.NewAssembler(a.cfg.Assembler)
 	a.proc = NewProcessor(a.asm, a.deps.Classifier, func(rec *Record) string {
 		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
@@ -107,7 +176,7 @@ func (a *assembly) reset() {
 // apply is the stage's one entry point: it applies the lines a Parser
 // read into pr, from its message from to to, in input order: their NCCL
 // events go to the assembler (and the tap), their telemetry to fold.
-func (a *assembly) apply(pr *Parsed, from, to int) { a.proc.applyRange(pr, from, to, a.foldf) }
+func (a *Assembly) apply(pr *Parsed, from, to int) { a.proc.applyRange(pr, from, to, a.foldf) }
 
 // line parses a decoded, stamped line on the caller's goroutine and
 // applies it: the run loop's inline path. Processor.Record parses with a
@@ -115,7 +184,7 @@ func (a *assembly) apply(pr *Parsed, from, to int) { a.proc.applyRange(pr, from,
 // read in the same call, goes to fold from the Parser as it is (most
 // lines of trainer output are telemetry, and copying each into a Parsed
 // and out again costs the inline path a visible share of its CPU).
-func (a *assembly) line(rec *Record) {
+func (a *Assembly) line(rec *Record) {
 	a.proc.Record(rec)
 	a.gave = a.gave || a.proc.gave
 	if tl, ok := a.proc.Telemetry(); ok {
@@ -124,7 +193,7 @@ func (a *assembly) line(rec *Record) {
 }
 
 // fold hands a line's telemetry to the telemetry assembler.
-func (a *assembly) fold(rec *Record, tl *TelemetryLine) {
+func (a *Assembly) fold(rec *Record, tl *TelemetryLine) {
 	m := rec.Meta
 	if k := [3]string{m.Cluster, m.Namespace, m.Job}; k != a.keyMeta || a.key == "" {
 		a.keyMeta, a.key = k, JobKey(k[0], k[1], k[2])
@@ -140,7 +209,7 @@ func (a *assembly) fold(rec *Record, tl *TelemetryLine) {
 }
 
 // tap turns every NCCL event into a stored row and marks its job dirty.
-func (a *assembly) tap(job string, rec *Record, ev *Event) {
+func (a *Assembly) tap(job string, rec *Record, ev *Event) {
 	if mt := a.deps.Metrics; mt != nil {
 		mt.NCCLLines.Inc()
 	}
@@ -164,7 +233,7 @@ var ErrOversized = errors.New("oversized: exceeds the size cap")
 
 // deadLetter adds m, unreadable from its line-th line on, to the batch's
 // dead letters.
-func (a *assembly) deadLetter(m *Message, line int32, reason, msg string) {
+func (a *Assembly) deadLetter(m *Message, line int32, reason, msg string) {
 	raw := m.Value
 	if len(raw) > a.cfg.MaxDeadLetterBytes {
 		raw = raw[:a.cfg.MaxDeadLetterBytes]
@@ -182,7 +251,7 @@ func (a *assembly) deadLetter(m *Message, line int32, reason, msg string) {
 // settle does what is left of a record after its lines were applied:
 // the dead letters, the activity sample of a record that was not decoded
 // or gave nothing.
-func (a *assembly) settle(m *Message, out recordOutcome, lines int32, err error) {
+func (a *Assembly) settle(m *Message, out recordOutcome, lines int32, err error) {
 	switch out {
 	case recordOversized:
 		a.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), a.cfg.MaxRecordBytes))
@@ -212,7 +281,7 @@ const maxSampled = 100000
 // activity adds a sampled non-NCCL record of a job to Batch.Activity. It
 // decodes with a decoder of its own: a sample must not disturb a partial
 // line of the partition.
-func (a *assembly) activity(m *Message) {
+func (a *Assembly) activity(m *Message) {
 	now := a.now
 	if a.sampled == nil {
 		a.sampled = map[string]time.Time{}
@@ -247,7 +316,7 @@ func (a *assembly) activity(m *Message) {
 }
 
 // empty reports whether the open batch holds nothing to store or observe.
-func (a *assembly) empty() bool {
+func (a *Assembly) empty() bool {
 	return a.batch.Len() == 0 && len(a.batch.Activity) == 0 && len(a.batch.Telemetry) == 0
 }
 
@@ -262,7 +331,7 @@ func (a *assembly) empty() bool {
 // commits ask nothing), leaving it untouched but for the collectives.
 // owed says deferred batches' commits wait to be paid by one that carries
 // every summary.
-func (a *assembly) prepare(now time.Time, timed, backlog, covered, owed bool) (evict []string, ok bool) {
+func (a *Assembly) prepare(now time.Time, timed, backlog, covered, owed bool) (evict []string, ok bool) {
 	for job, t := range a.touched {
 		if now.Sub(t) >= a.cfg.IdleEvict {
 			evict = append(evict, job)
@@ -296,7 +365,7 @@ func (a *assembly) prepare(now time.Time, timed, backlog, covered, owed bool) (e
 // that none did), so that a communicator reaches the stages in the batch it
 // appeared in, as with every flush carrying summaries, even when it lives
 // a few records only (a communicator's nRanks line before its commId's).
-func (a *assembly) summaryJobs(all bool) []string {
+func (a *Assembly) summaryJobs(all bool) []string {
 	jobs := a.carried[:0]
 	for j := range a.dirty {
 		if n, ok := a.shown[j]; all || !ok || n != a.asm.Created(j) {
@@ -311,17 +380,16 @@ func (a *assembly) summaryJobs(all bool) []string {
 // enriched first (the enrich stage: its expectation from the inventory,
 // then its topology), and the final summaries of the jobs the assembler
 // pushed out; with Observe also each job's nodes.
-func (a *assembly) summarize(jobs, evict []string) {
+func (a *Assembly) summarize(jobs, evict []string) {
 	b := &a.batch
 	b.Comms, b.Unnamed, b.Jobs = b.Comms[:0], b.Unnamed[:0], b.Jobs[:0]
 	b.Nodes, b.Telemetry = b.Nodes[:0], b.Telemetry[:0]
 	for _, j := range jobs {
-		e := a.enrich.Expect(a.asm, j)
-		comms, sum, ok := a.asm.Summaries(j)
+		comms, sum, placed, ok := a.summary(j)
 		if !ok {
 			continue
 		}
-		if a.enrich.Place(a.asm, j, e, &sum) {
+		if placed {
 			a.topology[j] = sum.Topology
 		}
 		a.shown[j] = a.asm.Created(j)
@@ -350,7 +418,7 @@ func (a *assembly) summarize(jobs, evict []string) {
 // observeTelemetry puts, with Observe, the telemetry reports of jobs and
 // of the jobs with telemetry lines since the last flush into the open
 // batch, for the rules.
-func (a *assembly) observeTelemetry(jobs []string) {
+func (a *Assembly) observeTelemetry(jobs []string) {
 	if !a.deps.Observe {
 		return
 	}
@@ -371,7 +439,7 @@ func (a *assembly) observeTelemetry(jobs []string) {
 
 // drop empties the open batch; the jobs whose summaries a deferred batch
 // did not carry stay dirty.
-func (a *assembly) drop() {
+func (a *Assembly) drop() {
 	a.batch.Reset()
 	if a.deferred {
 		for _, j := range a.carried {
@@ -388,7 +456,7 @@ func (a *assembly) drop() {
 // evictStored drops the jobs of evict, whose final summaries were stored,
 // unless one got lines while they were being stored (it is dirty again
 // and goes into the next batch).
-func (a *assembly) evictStored(evict []string, now time.Time) {
+func (a *Assembly) evictStored(evict []string, now time.Time) {
 	for _, j := range evict {
 		if t, ok := a.touched[j]; ok && now.Sub(t) < a.cfg.IdleEvict {
 			continue
@@ -407,7 +475,7 @@ func (a *assembly) evictStored(evict []string, now time.Time) {
 
 // dirtyAll marks every job held dirty: the next batch carries its final
 // summary.
-func (a *assembly) dirtyAll() {
+func (a *Assembly) dirtyAll() {
 	for _, j := range a.asm.Jobs() {
 		a.dirty[j] = true
 	}
@@ -415,7 +483,7 @@ func (a *assembly) dirtyAll() {
 
 // held returns the jobs of which the stage holds state (NCCL or
 // telemetry), sorted.
-func (a *assembly) held() []string {
+func (a *Assembly) held() []string {
 	set := map[string]bool{}
 	for _, j := range a.asm.Jobs() {
 		set[j] = true
@@ -434,7 +502,7 @@ func (a *assembly) held() []string {
 // were NCCL events. Stored rows enter through the line path of live
 // records (Processor.Record), one message each: the tap stored every
 // message of a glued line as a row of its own. No row is stored again.
-func (a *assembly) rebuild(ctx context.Context, loader EventLoader, parts []Partition, since time.Time) (int, error) {
+func (a *Assembly) rebuild(ctx context.Context, loader EventLoader, parts []Partition, since time.Time) (int, error) {
 	byTopic := map[string][]int32{}
 	below := map[partKey]int64{}
 	for _, p := range parts {
