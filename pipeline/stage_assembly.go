@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// Assembly is the assemble and enrich stages of the run loop: the loop
+// Assembly is the assemble and enrich stages of the chain. The run loop
 // feeds it records, parsed (apply) or as stamped lines (line), and asks it
-// for the batch to store (prepare). It owns:
+// for the batch to store (prepare); scan and guard use it through
+// NewFileAssembly (Apply, Line, Summary). It owns:
 //   - the NCCL assembler (asm), the Processor that feeds it, and the
 //     TelemetryAssembler (tel);
 //   - the open batch (batch): event rows (tap), telemetry rows (fold),
@@ -30,7 +31,7 @@ import (
 // Enrichment (the Enricher: the inventory's expectation and topology) is
 // applied to each job as its summary is built. It knows nothing of
 // offsets or commits (commitPolicy) nor of the sink (Runner). Not safe
-// for concurrent use: the loop's goroutine calls it.
+// for concurrent use: one goroutine (the run loop's, scan's) calls it.
 type Assembly struct {
 	cfg  RunnerConfig
 	deps RunnerDeps
