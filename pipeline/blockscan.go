@@ -64,11 +64,11 @@ type chunk struct {
 // stretch every line), in input order, with the byte offset where it
 // starts. line is valid only during the call. It returns nil at the end of
 // the input. The token search runs on up to four goroutines (one block
-// each, a clone of the finder per goroutine) while fn is called from Scan's own goroutine, so fn needs no
-// locking. A few buffers of the block size are all the memory it holds,
-// whatever the input length.
+// each, a clone of the finder per goroutine) while fn is called from
+// Scan's own goroutine, so fn needs no locking. A few buffers of the block
+// size are all the memory it holds, whatever the input length.
 func (s *BlockScanner) Scan(fn func(line []byte, off int64)) error {
-	return s.scan(nil, func(c *Chunk, _ any) {
+	return s.scan(nil, func(c *Chunk, _ *ParsedChunk) {
 		for i, l := range c.Lines {
 			fn(l, c.Offs[i])
 		}
@@ -87,18 +87,28 @@ type Chunk struct {
 	Searched int
 }
 
-// ScanPrepared is Scan with a first step on the search goroutines: newStep
-// is called once per search goroutine, on it, and returns that goroutine's
-// step, which is called with each chunk of candidate lines it found and
-// may keep no reference to them; what it returns is handed to fn with the
-// chunk on Scan's own goroutine, chunk after chunk in input order. The
-// lines are valid until fn returns. Parsing in the step spreads it over
-// the cores while fn keeps what needs input order.
-func (s *BlockScanner) ScanPrepared(newStep func() func(*Chunk) any, fn func(c *Chunk, v any)) error {
+// ParsedChunk is what a ScanParsed step made of a Chunk: its lines
+// decoded and parsed, in input order, and the lines it could not read.
+type ParsedChunk struct {
+	Parsed    Parsed
+	Oversized int64 // candidate lines over the decoder's cap
+	Malformed int64 // candidate lines the decoder rejected
+}
+
+// ScanParsed is Scan with the decoding and parsing on the search
+// goroutines: newStep is called once per search goroutine, on it, and
+// returns that goroutine's step, which reads each chunk of candidate lines
+// it found into out (empty; its buffers are reused) and may keep no
+// reference to them. fn gets each chunk with what the step made of it on
+// Scan's own goroutine, chunk after chunk in input order, so that it may
+// apply them in order (Assembly.Apply); both are valid until fn returns.
+// Parsing in the step spreads it over the cores while fn keeps what needs
+// input order.
+func (s *BlockScanner) ScanParsed(newStep func() func(c *Chunk, out *ParsedChunk), fn func(c *Chunk, p *ParsedChunk)) error {
 	return s.scan(newStep, fn)
 }
 
-func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v any)) error {
+func (s *BlockScanner) scan(newStep func() func(*Chunk, *ParsedChunk), fn func(*Chunk, *ParsedChunk)) error {
 	workers := max(1, min(runtime.GOMAXPROCS(0), 4))
 	free := make(chan []byte, workers+2)
 	for i := 0; i < cap(free); i++ {
@@ -106,7 +116,7 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 	}
 	type found struct {
 		c         Chunk
-		v         any
+		p         *ParsedChunk // nil without a step
 		oversized int64
 	}
 	type job struct {
@@ -116,8 +126,10 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 	chunks := make(chan chunk, 1)
 	// spare holds the line lists of chunks the caller is done with, for
 	// the workers to fill again: a block's lists are ~0.3 MiB, made anew
-	// per block they were most of a scan's garbage.
+	// per block they were most of a scan's garbage. spareParsed does the
+	// same for what the steps made of them.
 	spare := make(chan Chunk, cap(free)+workers)
+	spareParsed := make(chan *ParsedChunk, cap(free)+workers)
 	order := make(chan job, cap(free))
 	work := make(chan job, cap(free))
 	type result struct {
@@ -146,7 +158,7 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var step func(*Chunk) any
+			var step func(*Chunk, *ParsedChunk)
 			if newStep != nil {
 				step = newStep()
 			}
@@ -158,7 +170,14 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 				}
 				r.oversized = s.lines(f, j.c.region, j.c.base, &r.c)
 				if step != nil {
-					r.v = step(&r.c)
+					select {
+					case r.p = <-spareParsed:
+						r.p.Parsed.Reset()
+						r.p.Oversized, r.p.Malformed = 0, 0
+					default:
+						r.p = new(ParsedChunk)
+					}
+					step(&r.c, r.p)
 				}
 				j.out <- r
 			}
@@ -166,12 +185,18 @@ func (s *BlockScanner) scan(newStep func() func(*Chunk) any, fn func(c *Chunk, v
 	}
 	for j := range order {
 		r := <-j.out
-		fn(&r.c, r.v)
+		fn(&r.c, r.p)
 		s.Oversized += r.oversized
 		free <- j.c.buf
 		select {
 		case spare <- r.c:
 		default:
+		}
+		if r.p != nil {
+			select {
+			case spareParsed <- r.p:
+			default:
+			}
 		}
 	}
 	wg.Wait()

@@ -49,15 +49,19 @@ type parsedMsg struct {
 	ev, tl   int32
 }
 
-// Parser is the parsing half of Processor.Record, for another goroutine:
-// it reads records into Parsed values that a Processor applies (Apply) in
-// input order. Not safe for concurrent use: one per goroutine.
+// Parser is the one parsing half of every path from a line to the
+// assembler: it reads records into Parsed values that a Processor applies
+// (Apply) in input order, on the goroutine that parsed them or another
+// (parse workers, scan's block scanner). Processor.Record is a Parser
+// and Apply on one goroutine. Not safe for concurrent use: one per
+// goroutine.
 type Parser struct {
 	cls       Classifier
 	split     MessageSplitter
 	ev        Event
 	tl        TelemetryLine
 	telemetry bool
+	telOK     bool // the last line was a telemetry line, in tl
 }
 
 // NewParser returns a parser reading lines with cls, which must not be
@@ -115,8 +119,13 @@ func (p *Parsed) keepEvent(ev *Event) {
 	ev.CommPtr, ev.CommID = p.keep(ev.CommPtr), p.keep(ev.CommID)
 }
 
-// Parse reads rec as Processor.Record would and appends it to out.
-func (p *Parser) Parse(rec *Record, out *Parsed) {
+// Parse reads rec and appends what Apply needs of it to out: its NCCL
+// messages and launcher hosts, then its telemetry line.
+func (p *Parser) Parse(rec *Record, out *Parsed) { p.parse(rec, out, true) }
+
+// parse is Parse; without keepTel the line's telemetry stays in p.tl
+// (Processor.Record hands it on from there) and out gets none.
+func (p *Parser) parse(rec *Record, out *Parsed, keepTel bool) {
 	out.records++
 	out.bytes += int64(len(rec.Text))
 	text := rec.Text
@@ -125,8 +134,9 @@ func (p *Parser) Parse(rec *Record, out *Parsed) {
 		tlp = &p.tl
 	}
 	nccl, tel := p.cls.Line(text, &p.ev, tlp)
+	p.telOK = tel
 	p.messages(out, rec, nccl)
-	if tel {
+	if tel && keepTel {
 		// After the messages, as Record's caller reads it; the messages
 		// were read without telemetry (once per line), p.tl is the line's.
 		if isTraining(p.tl.Kind) && len(p.tl.Earlier) == 0 {

@@ -33,21 +33,22 @@ type ProcessorStats struct {
 	NCCLLines int64 // NCCL messages (a line may hold several, MessageSplitter)
 }
 
-// Processor classifies decoded records and feeds the assembler. It is the
-// one path every front end (scan, run, demo) takes from a line to a
-// summary. It is not safe for concurrent use.
+// Processor feeds the assembler the records a Parser read (Apply), in
+// input order: it is the one door every front end (scan, run, guard,
+// demo) takes from a parsed line to a summary. Record parses and applies
+// a record on the caller's goroutine with a Parser of its own. It is not
+// safe for concurrent use.
 type Processor struct {
-	asm   NCCLAssembler
-	cls   Classifier
-	job   JobFunc
-	tap   Tap
-	split MessageSplitter // nil: one message per line
-	ev    Event
-	tl    TelemetryLine // the last record's telemetry, when telOK
+	asm    NCCLAssembler
+	job    JobFunc
+	tap    Tap
+	parser *Parser // Record's
+	one    Parsed  // Record's record, parsed
+	ev     Event
 	// training is the line Apply hands on for a training line a Parser
 	// kept (trainingLine): blank but for the fields such lines carry.
 	training TelemetryLine
-	telOK    bool
+	telOK    bool // the last record passed to Record was a telemetry line (parser.tl)
 	// gave: the last record's line was an NCCL line, named a launcher
 	// host or was a telemetry line (what a Parser keeps of a record).
 	gave  bool
@@ -60,11 +61,10 @@ type ProcessorOption func(*Processor)
 // WithTap makes fn see every NCCL event after the assembler took it.
 func WithTap(fn Tap) ProcessorOption { return func(p *Processor) { p.tap = fn } }
 
-// NewProcessor returns a processor feeding asm. job may be nil: every record
-// then belongs to the job named "".
+// NewProcessor returns a processor feeding asm; Record reads lines with
+// cls. job may be nil: every record then belongs to the job named "".
 func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc, opts ...ProcessorOption) *Processor {
-	split, _ := cls.(MessageSplitter)
-	p := &Processor{asm: asm, cls: cls, job: job, split: split, training: blankTelemetryLine}
+	p := &Processor{asm: asm, job: job, parser: NewParser(cls, true), training: blankTelemetryLine}
 	for _, o := range opts {
 		o(p)
 	}
@@ -74,43 +74,24 @@ func NewProcessor(asm NCCLAssembler, cls Classifier, job JobFunc, opts ...Proces
 // Assembler returns the assembler the processor feeds.
 func (p *Processor) Assembler() NCCLAssembler { return p.asm }
 
-// Record parses one decoded record with one Classifier call. An NCCL line
-// with further NCCL messages glued behind it (MessageSplitter) gives one
-// event per message. Its telemetry, read in the same call, is what
-// Telemetry returns until the next Record.
+// Record parses one decoded record (Parser) and applies it (Apply): one
+// Classifier call per line; an NCCL line with further NCCL messages glued
+// behind it (MessageSplitter) gives one event per message. Its telemetry,
+// read in the same call, is what Telemetry returns until the next Record.
 func (p *Processor) Record(rec *Record) {
 	p.Stats.Records++
 	p.Stats.Bytes += int64(len(rec.Text))
-	nccl, tel := p.cls.Line(rec.Text, &p.ev, &p.tl)
-	p.telOK = tel
-	p.gave = nccl || tel || len(p.ev.LauncherHost) > 0
-	if !p.took(rec, nccl) {
-		return
-	}
-	if p.split != nil {
-		if i := p.split.NextMessage(rec.Text); i > 0 {
-			p.messages(rec, i)
-			return
-		}
-	}
-	p.take(rec)
+	p.one.Reset()
+	p.parser.parse(rec, &p.one, false)
+	n := p.one.len()
+	p.gave = n > 0 || p.parser.telOK
+	p.applyRange(&p.one, 0, n, nil)
+	p.telOK = p.parser.telOK
 }
 
 // maxMessagesPerLine bounds the messages read from one physical line; the
 // rest of a longer one is read as one.
 const maxMessagesPerLine = 64
-
-// messages reads each message of rec's line on its own, the second one
-// starting at i.
-func (p *Processor) messages(rec *Record, i int) {
-	part := *rec
-	splitMessages(p.split, rec.Text, i, func(msg []byte) {
-		part.Text = msg
-		if p.classify(&part) {
-			p.take(&part)
-		}
-	})
-}
 
 // splitMessages calls fn with each message of a line whose second message
 // starts at i (split.NextMessage(text) > 0), at most maxMessagesPerLine;
@@ -127,15 +108,7 @@ func splitMessages(split MessageSplitter, text []byte, i int, fn func(msg []byte
 // Telemetry returns the telemetry line of the last record passed to
 // Record, and false when that record was none. tl is valid until the next
 // Record call.
-func (p *Processor) Telemetry() (tl *TelemetryLine, ok bool) { return &p.tl, p.telOK }
-
-// classify parses the text of rec, one message of a line, into p.ev (no
-// telemetry: that is read once per line) and reports whether it is an NCCL
-// message.
-func (p *Processor) classify(rec *Record) bool {
-	nccl, _ := p.cls.Line(rec.Text, &p.ev, nil)
-	return p.took(rec, nccl)
-}
+func (p *Processor) Telemetry() (tl *TelemetryLine, ok bool) { return &p.parser.tl, p.telOK }
 
 // took reports nccl, the verdict of the line in p.ev; a line that is not
 // NCCL may still name a launcher host.

@@ -147,7 +147,7 @@ func TestBlockScannerDenseStretch(t *testing.T) {
 		bs := &BlockScanner{r: strings.NewReader(text), find: &tokenFinder{tok: []byte("NCCL")}, max: max,
 			size: 4*max + rng.IntN(2048), sample: 200 + rng.IntN(300)}
 		var got []string
-		err := bs.ScanPrepared(nil, func(c *Chunk, _ any) {
+		err := bs.ScanParsed(nil, func(c *Chunk, _ *ParsedChunk) {
 			for i, l := range c.Lines {
 				if line, ok := all[c.Offs[i]]; !ok || line != string(l) {
 					t.Fatalf("iteration %d: line %q at %d is not a line of the input", iter, l, c.Offs[i])

@@ -80,9 +80,10 @@ type partKey struct {
 	part  int32
 }
 
-// Runner is the streaming service's core: it decodes records, classifies
-// them, assembles summaries, hands batches to the sink chain and commits
-// offsets only after the chain accepted the rows that hold them.
+// Runner is the streaming service's core: it decodes records, hands their
+// lines to the assembly stage, hands the batches that stage builds to the
+// sink chain and commits offsets only after the chain accepted the rows
+// that hold them.
 //
 // Run is the one loop: one goroutine, one select over the source's inputs
 // (records, assignments, revocations), the flush timer and the result of
@@ -93,72 +94,32 @@ type partKey struct {
 // (RunnerConfig.ParseWorkers) the pure half of each record (prefilter,
 // envelope decode, line parse) runs on goroutines Run owns, each
 // partition on one of them in offset order, and the loop applies the
-// results in input order (runner_parse.go). Message, Flush, Assigned and Revoked are its steps;
-// callers without a source (tests, tools) may call them directly instead
-// of Run, from one goroutine. Nothing of a Runner is safe for concurrent
-// use except Ready, LastSinkError, Jobs and Stopped.
+// results in input order (runner_parse.go).
+//
+// The Runner itself holds the delivery: batching, the flight and its
+// retries, commits, assignments and revocations. Two parts it drives own
+// the rest: stage (Assembly) holds everything assembled from the lines
+// and builds each batch, and commits (commitPolicy) holds the partitions'
+// state and says which offsets a batch may commit.
+//
+// Message, Flush, Assigned and Revoked are its steps; callers without a
+// source (tests, tools) may call them directly instead of Run, from one
+// goroutine. Nothing of a Runner is safe for concurrent use except Ready,
+// LastSinkError, Jobs and Stopped.
 type Runner struct {
 	cfg  RunnerConfig
 	deps RunnerDeps
 	log  zerolog.Logger
 
-	asm      NCCLAssembler
-	enrich   Enricher // the enrich stage: deps.Inventory, cfg.Assembler.Expect
-	proc     *Processor
-	batch    Batch
-	dirty    map[string]bool
-	telDirty map[string]bool      // jobs with telemetry lines since the last flush
-	touched  map[string]time.Time // processing time a job last got an event
-	offsets  map[partKey]int64    // next offsets covered by the open batch
-	dec      *recordDecoder       // the inline path's decoders, one per partition: partial lines join within it
-	sampler  Decoder              // decodes the activity samples
-	pending  map[partKey]int64    // offset of the first piece of a partition's partial line
-	parts    map[partKey]*partState
-	// behind counts the partitions read as a backlog (partState.
-	// backlogged): the batch limits (BatchConfig.Backlog) and the summary
-	// cadence (SummaryInterval) follow it.
-	behind int
-	namer  JobNamer
-	curNow time.Time // processing time of the record at hand: one clock read per run of records, not per line
-	// foldedJob's touched entry is foldedAt and its telDirty entry true
-	// ("" when unknown): fold skips the two map writes for the next line of
-	// the same job at the same curNow, most lines of a run of records
-	// (two hashed map writes a training line showed in run's profile).
-	// Whatever else deletes or sets those entries clears it.
-	foldedJob string
-	foldedAt  time.Time
-	gave      bool // a line of the record at hand gave the processor something (Processor.gave)
-	// lastSummaries is when a batch last carried every dirty job's
-	// summaries; deferred says the batch being prepared does not, only
-	// those of the jobs in carried (the others stay dirty for the next
-	// one); owed are the commits of stored batches that deferred them,
-	// made by the next batch that does not; shown is Created of each job
-	// when a batch last carried its summaries. See
-	// RunnerConfig.SummaryInterval.
-	lastSummaries time.Time
-	deferred      bool
-	carried       []string
-	owed          map[partKey]int64
-	shown         map[string]int
-	// topology is each job's last Topology (Inventory.Topology), for the
-	// final summary of a job the assembler pushed out, whose nodes it no
-	// longer knows.
-	topology map[string]*Topology
-	linef    func(*Record)
-	foldf    func(*Record, *TelemetryLine)
+	stage   Assembly       // the assemble and enrich stages, and the open batch
+	commits commitPolicy   // what a stored batch may commit
+	dec     *recordDecoder // the inline path's decoders, one per partition: partial lines join within it
 	// resets counts reset calls: a parse job carries the count it was sent
 	// under, and a worker drops its decoders when it changed.
-	resets uint64
-	pool   *parsePool // Run's parse workers; nil: parsing is inline
-	// The job key (JobKey) of the last telemetry line's job, kept so that
-	// the lines of one job build it once.
-	keyMeta  [3]string
-	key      string
-	tel      *TelemetryAssembler
-	tl       TelemetryLine
-	last     time.Time // last flush
+	resets   uint64
+	pool     *parsePool // Run's parse workers; nil: parsing is inline
+	last     time.Time  // last flush
 	draining bool
-	sampled  map[string]time.Time // Kafka key → last activity sample
 
 	// every is the sink's schedule (Scheduled), 0 when it has none; sent
 	// is when Run last handed the sink a batch.
@@ -190,12 +151,11 @@ type Runner struct {
 	input <-chan Input
 
 	// Read by /readyz and the watchdog while the loop blocks in the sink.
-	failingSince atomic.Int64 // unix nanos of the first attempt of a batch not stored yet; 0 when none
-	lastErr      atomic.Pointer[error]
-	jobs         atomic.Int64
-	records      atomic.Int64
-	assigned     atomic.Bool   // an assignment is held
-	stopped      chan struct{} // closed when Run returns
+	health   health
+	jobs     atomic.Int64
+	records  atomic.Int64
+	assigned atomic.Bool   // an assignment is held
+	stopped  chan struct{} // closed when Run returns
 }
 
 // NewRunner returns a runner; cfg must be valid and deps.Sink and
@@ -210,11 +170,10 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 	if deps.Candidate == nil {
 		deps.Candidate = func([]byte) bool { return true }
 	}
-	r := &Runner{cfg: cfg, deps: deps, log: deps.Logger, namer: JobNamer{Labels: cfg.JobLabels},
-		dirty: map[string]bool{}, touched: map[string]time.Time{}, offsets: map[partKey]int64{},
-		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps),
-		enrich: Enricher{Inventory: deps.Inventory, Default: cfg.Assembler.Expect}}
-	r.linef, r.foldf = r.line, r.fold
+	r := &Runner{cfg: cfg, deps: deps, log: deps.Logger,
+		commits: commitPolicy{idle: cfg.FoldIdle, log: deps.Logger},
+		stopped: make(chan struct{}), dec: newRecordDecoder(cfg, deps)}
+	r.stage.init(cfg, deps)
 	if s, ok := deps.Sink.(Scheduled); ok {
 		r.every = s.Every()
 	}
@@ -227,50 +186,63 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) *Runner {
 	return r
 }
 
-// reset drops all assembled state and the partial lines of every
-// partition.
+// reset drops all assembled state, the partitions' state and the partial
+// lines of every partition.
 func (r *Runner) reset() {
-	r.asm = r.deps.NewAssembler(r.cfg.Assembler)
-	r.proc = NewProcessor(r.asm, r.deps.Classifier, func(rec *Record) string {
-		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
-	}, WithTap(r.tap))
-	r.tel = NewTelemetryAssembler(r.cfg.Telemetry, r.deps.Inventory)
-	r.dirty = map[string]bool{}
-	r.telDirty = map[string]bool{}
-	r.touched = map[string]time.Time{}
-	r.foldedJob = ""
-	r.deferred, r.carried = false, nil
-	r.owed = map[partKey]int64{}
-	r.shown = map[string]int{}
-	r.topology = map[string]*Topology{}
+	r.stage.reset()
+	r.commits.reset()
 	r.dec.reset()
-	r.sampler = nil
 	r.resets++
-	r.pending = map[partKey]int64{}
-	r.parts = map[partKey]*partState{}
-	r.behind = 0
 	r.showLimits()
 	r.jobs.Store(0)
 }
 
-// Ready reports whether the sink is keeping up (for /readyz): false while
-// a batch has not been stored for SinkTimeout or longer. It does not wait
-// for a sink call in progress.
-func (r *Runner) Ready() bool { return r.healthy(time.Now()) }
-
-func (r *Runner) healthy(now time.Time) bool {
-	since := r.failingSince.Load()
-	return since == 0 || now.Sub(time.Unix(0, since)) < r.cfg.SinkTimeout
+// health is the sink's health as /readyz and the watchdog read it while
+// the loop blocks in the sink: since when a batch (or a rebuild) has
+// been failing, and the last error. Safe for concurrent use.
+type health struct {
+	failingSince atomic.Int64 // unix nanos of the first attempt of a batch not stored yet; 0 when none
+	lastErr      atomic.Pointer[error]
 }
 
-// LastSinkError returns the last error of the sink chain, nil when the
-// last batch was stored.
-func (r *Runner) LastSinkError() error {
-	if p := r.lastErr.Load(); p != nil {
+// healthy reports whether nothing has been failing for timeout at now.
+func (h *health) healthy(now time.Time, timeout time.Duration) bool {
+	since := h.failingSince.Load()
+	return since == 0 || now.Sub(time.Unix(0, since)) < timeout
+}
+
+// failing marks the start of an attempt that has not succeeded yet,
+// unless one is marked already.
+func (h *health) failing() { h.failingSince.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// failed records err, the last attempt's.
+func (h *health) failed(err error) { h.lastErr.Store(&err) }
+
+// ok marks the sink healthy.
+func (h *health) ok() {
+	h.failingSince.Store(0)
+	h.lastErr.Store(nil)
+}
+
+// err returns the last error, nil after ok.
+func (h *health) err() error {
+	if p := h.lastErr.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+// since returns when the failing began.
+func (h *health) since() time.Time { return time.Unix(0, h.failingSince.Load()) }
+
+// Ready reports whether the sink is keeping up (for /readyz): false while
+// a batch has not been stored for SinkTimeout or longer. It does not wait
+// for a sink call in progress.
+func (r *Runner) Ready() bool { return r.health.healthy(time.Now(), r.cfg.SinkTimeout) }
+
+// LastSinkError returns the last error of the sink chain, nil when the
+// last batch was stored.
+func (r *Runner) LastSinkError() error { return r.health.err() }
 
 // Jobs returns the number of jobs held (for tests and /metrics).
 func (r *Runner) Jobs() int { return int(r.jobs.Load()) }
@@ -305,17 +277,9 @@ type Input struct {
 	Message Message
 	// Messages, when not nil, are records handled in order instead of
 	// Message: a source hands over what it fetched in one channel send.
-	Messages []Message
-	// Release, when not nil, is called by the loop once it no longer reads
-	// Messages, their Key and Value bytes included: the source may then
-	// reuse the buffer they are slices of. The loop copies what it keeps of a record
-	// (events, dead letters, metadata), as it must anyway for the buffers
-	// its parse workers reuse. A run the loop drops (a reset, a stop) or
-	// keeps through a suspension is never released: the garbage collector
-	// takes its buffer instead, so a missed call costs an allocation and
-	// an early one is the only mistake (race-enabled builds of the Kafka
-	// source poison released buffers to catch it).
-	Release    func()
+	// The slice and the records' Key and Value bytes become the loop's:
+	// the source must not reuse them.
+	Messages   []Message
 	Partitions []Partition
 	Ctx        context.Context
 	// Done, for assignments and revocations, gets the loop's answer; it
@@ -425,8 +389,8 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 			// Likewise when the stream came to rest with summaries, and
 			// so commits, deferred (SummaryInterval).
 			// And when the sink's schedule is due (scheduled).
-			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.releasable(now, true) && !r.owing(now) &&
-				!r.scheduled(now) {
+			if now := r.deps.Now(); now.Sub(r.last) < r.maxWait() && !r.commits.releasable(now, true, r.drained()) &&
+				!r.owing(now) && !r.scheduled(now) {
 				r.release(loop)
 				continue
 			}

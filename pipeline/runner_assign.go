@@ -3,8 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 )
 
@@ -43,7 +41,7 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 		err := r.rebuild(ctx, parts)
 		if err == nil {
 			if attempt > 1 {
-				r.stored()
+				r.health.ok()
 				r.log.Info().Int("attempts", attempt).Msg("state rebuilt after failed attempts")
 			}
 			return nil
@@ -58,12 +56,12 @@ func (r *Runner) rebuildRetrying(ctx context.Context, parts []Partition) error {
 			return fmt.Errorf("rebuild state: %w (last error: %v)", ctx.Err(), err)
 		}
 		if attempt == 1 {
-			r.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+			r.health.failing()
 			r.log.Warn().Err(err).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying while the assignment waits")
 		} else {
 			r.log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", backoff.Next()).Msg("state rebuild failed; retrying")
 		}
-		r.lastErr.Store(&err)
+		r.health.failed(err)
 		// What a failed attempt loaded is dropped: the next one starts
 		// from nothing.
 		r.reset()
@@ -84,69 +82,23 @@ func (r *Runner) rebuild(ctx context.Context, parts []Partition) error {
 }
 
 // rebuildEvents feeds the stored events of the assigned partitions below
-// their commits to the assemblers.
+// their commits to the assembly stage (Assembly.rebuild).
 func (r *Runner) rebuildEvents(ctx context.Context, parts []Partition) error {
 	if r.deps.Loader == nil || len(parts) == 0 {
 		return nil
 	}
 	start := time.Now()
-	byTopic := map[string][]int32{}
-	below := map[partKey]int64{}
-	for _, p := range parts {
-		if p.Committed <= 0 {
-			continue // nothing committed: every stored event is delivered again
-		}
-		byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
-		below[partKey{p.Topic, p.Partition}] = p.Committed
-	}
 	since := r.deps.Now().Add(-r.cfg.IdleEvict)
-	r.foldedJob = "" // touched entries are set below
-	// Stored rows enter through the line path of live records
-	// (Processor.Record), one message each: the tap stored every message
-	// of a glued line as a row of its own.
-	proc := NewProcessor(r.asm, oneMessage{r.deps.Classifier}, func(rec *Record) string {
-		return JobKey(rec.Meta.Cluster, rec.Meta.Namespace, rec.Meta.Job)
-	})
-	n := 0
-	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
-		ps := byTopic[topic]
-		err := r.deps.Loader.LoadEvents(ctx, topic, ps, since, func(row EventRow) error {
-			if row.Source.Offset >= below[partKey{row.Source.Topic, row.Source.Partition}] {
-				return nil // delivered again: folded in as it arrives
-			}
-			meta := Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod, Container: row.Container, Node: row.Node}
-			rec := Record{Source: row.Source, Time: row.Time, Meta: &meta, Text: []byte(row.Line)}
-			before := proc.Stats.NCCLLines
-			proc.Record(&rec)
-			job := JobKey(row.Cluster, row.Namespace, row.Job)
-			if tl, ok := proc.Telemetry(); ok {
-				// Restores the job's network and NCCL ranks for its test
-				// runs; rows are not written again.
-				r.tel.Add(job, &Meta{Job: row.Job, Namespace: row.Namespace, Cluster: row.Cluster, Pod: row.Pod,
-					Node: row.Node}, tl, row.Time, row.Source, nil)
-			}
-			if proc.Stats.NCCLLines == before {
-				return nil
-			}
-			r.touched[job] = r.deps.Now()
-			// The next batch carries the rebuilt job's summary: the same
-			// version and content as stored, so storage does not change,
-			// while the rules stage of this process learns of the job.
-			r.dirty[job] = true
-			n++
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("rebuild state for %s %v: %w", topic, ps, err)
-		}
+	n, err := r.stage.rebuild(ctx, r.deps.Loader, parts, since)
+	if err != nil {
+		return err
 	}
-	r.jobs.Store(int64(r.asm.Len()))
+	r.showJobs()
 	if mt := r.deps.Metrics; mt != nil {
 		mt.Rebuilds.Inc()
 		mt.RebuiltEvents.Add(float64(n))
-		mt.JobsHeld.Set(float64(r.asm.Len()))
 	}
-	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.asm.Len()).
+	r.log.Info().Int("partitions", len(parts)).Int("events", n).Int("jobs", r.stage.asm.Len()).
 		Dur("took", time.Since(start)).Msg("state rebuilt from stored events")
 	return nil
 }
@@ -169,7 +121,7 @@ func (r *Runner) restoreFolds(ctx context.Context, parts []Partition) error {
 		if !ok {
 			continue
 		}
-		if err := r.tel.Restore(p.Topic, p.Partition, p.Committed, state); err != nil {
+		if err := r.stage.tel.Restore(p.Topic, p.Partition, p.Committed, state); err != nil {
 			// A snapshot this build cannot read: the window's later
 			// lines open rows of their own, as before snapshots.
 			r.log.Warn().Err(err).Msg("fold window not restored")
@@ -181,22 +133,6 @@ func (r *Runner) restoreFolds(ctx context.Context, parts []Partition) error {
 	return nil
 }
 
-// heldJobs returns the jobs of which the runner holds state (NCCL or
-// telemetry), sorted.
-func (r *Runner) heldJobs() []string {
-	set := map[string]bool{}
-	for _, j := range r.asm.Jobs() {
-		set[j] = true
-	}
-	for _, j := range r.tel.Jobs() {
-		set[j] = true
-	}
-	for j := range r.touched {
-		set[j] = true
-	}
-	return slices.Sorted(maps.Keys(set))
-}
-
 // revokeMargin is kept from the revocation deadline for the answer to reach
 // the source and the source to leave the generation.
 const revokeMargin = 500 * time.Millisecond
@@ -206,18 +142,16 @@ const revokeMargin = 500 * time.Millisecond
 // it before ctx's deadline; otherwise it is dropped (the records are
 // delivered again to the next owner). The state is dropped either way.
 func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
-	for _, j := range r.asm.Jobs() {
-		r.dirty[j] = true
-	}
+	r.stage.dirtyAll()
 	// The jobs held leave with their partitions; they did not end (not
 	// Evicted): the rules stage keeps their alerts as they are.
-	released := r.heldJobs()
-	r.batch.Released = append(r.batch.Released[:0], released...)
+	released := r.stage.held()
+	r.stage.batch.Released = append(r.stage.batch.Released[:0], released...)
 	fctx, cancel := revokeCtx(ctx)
 	defer cancel()
 	err := r.flush(fctx)
 	if err != nil {
-		rows := r.batch.Len()
+		rows := r.stage.batch.Len()
 		if r.held != nil {
 			rows += r.held.b.Len()
 		}
@@ -236,7 +170,3 @@ func (r *Runner) Revoked(ctx context.Context, parts []Partition) error {
 	r.assigned.Store(false)
 	return err
 }
-
-// oneMessage is a Classifier that reads a line as one message: a stored
-// row is one message already (it hides a MessageSplitter).
-type oneMessage struct{ Classifier }

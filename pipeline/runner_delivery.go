@@ -120,7 +120,7 @@ func (r *Runner) flightDone() <-chan error {
 // capacity) and no offsets.
 func (r *Runner) handOff() *Batch {
 	b := r.blank()
-	*b, r.batch = r.batch, *b
+	*b, r.stage.batch = r.stage.batch, *b
 	r.dropBatch()
 	return b
 }
@@ -150,24 +150,9 @@ func (r *Runner) land(ctx context.Context, err error) error {
 		return err
 	}
 	r.commit(ctx, f.b.Offsets)
-	for _, o := range f.b.Offsets {
-		if ps := r.parts[partKey{o.Topic, o.Partition}]; ps != nil {
-			ps.committed, ps.stored, ps.staged = o.Next, ps.staged, 0
-		}
-	}
-	now := r.deps.Now()
-	for _, j := range f.evict {
-		// A job that got lines while its final summary was being stored
-		// stays (it is dirty again and goes into the next batch).
-		if t, ok := r.touched[j]; ok && now.Sub(t) < r.cfg.IdleEvict {
-			continue
-		}
-		r.evict(j)
-	}
-	r.jobs.Store(int64(r.asm.Len()))
-	if mt := r.deps.Metrics; mt != nil {
-		mt.JobsHeld.Set(float64(r.asm.Len()))
-	}
+	r.commits.landed(f.b.Offsets)
+	r.stage.evictStored(f.evict, r.deps.Now())
+	r.showJobs()
 	f.b.Reset()
 	r.spare = f.b
 	return nil
@@ -223,20 +208,18 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 	span.SetAttributes(attribute.Int("events", len(b.Events)), attribute.Int("jobs", len(b.Jobs)),
 		attribute.Int("dead_letters", len(b.DeadLetters)))
 	defer span.End()
-	if r.failingSince.Load() == 0 {
-		r.failingSince.Store(time.Now().UnixNano())
-	}
+	r.health.failing()
 	backoff := r.backoff()
 	for {
 		err := r.deps.Sink.Consume(ctx, b)
 		if err == nil {
-			r.stored()
+			r.health.ok()
 			if mt := r.deps.Metrics; mt != nil {
 				mt.BatchRows.Observe(float64(b.Len()))
 			}
 			return nil
 		}
-		r.lastErr.Store(&err)
+		r.health.failed(err)
 		span.RecordError(err)
 		if mt := r.deps.Metrics; mt != nil {
 			mt.InsertErrors.Inc()
@@ -258,30 +241,22 @@ func (r *Runner) store(ctx context.Context, b *Batch) error {
 // doubling up to MaxBackoff.
 func (r *Runner) backoff() Backoff { return Backoff{Min: r.cfg.RetryBackoff, Max: r.cfg.MaxBackoff} }
 
-// stored marks the sink healthy.
-func (r *Runner) stored() {
-	r.failingSince.Store(0)
-	r.lastErr.Store(nil)
+// dropBatch empties the open batch (Assembly.drop) and forgets the
+// offsets it covers.
+func (r *Runner) dropBatch() {
+	r.stage.drop()
+	r.commits.drop()
+	r.showJobs()
+	if mt := r.deps.Metrics; mt != nil {
+		mt.BatchPending.Set(0)
+	}
 }
 
-// dropBatch empties the open batch and the offsets it covers; the jobs
-// whose summaries a deferred batch did not carry stay dirty.
-func (r *Runner) dropBatch() {
-	r.batch.Reset()
-	if r.deferred {
-		for _, j := range r.carried {
-			delete(r.dirty, j)
-		}
-	} else {
-		clear(r.dirty)
-	}
-	r.deferred, r.carried = false, r.carried[:0]
-	clear(r.telDirty)
-	r.foldedJob = ""
-	clear(r.offsets)
-	r.jobs.Store(int64(r.asm.Len()))
+// showJobs publishes the number of jobs held.
+func (r *Runner) showJobs() {
+	n := r.stage.asm.Len()
+	r.jobs.Store(int64(n))
 	if mt := r.deps.Metrics; mt != nil {
-		mt.JobsHeld.Set(float64(r.asm.Len()))
-		mt.BatchPending.Set(0)
+		mt.JobsHeld.Set(float64(n))
 	}
 }

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -58,26 +57,25 @@ func (r *Runner) take(ctx context.Context, x Input) error {
 		ms = []Message{x.Message}
 	}
 	if r.suspended {
-		r.late = append(r.late, ms) // never released (Input.Release)
+		r.late = append(r.late, ms)
 		return nil
 	}
-	return r.feed(ctx, ms, x.Release)
+	return r.feed(ctx, ms)
 }
 
 // feed processes a run of records: sent to the parse workers, or parsed
-// and applied on the loop. release, if not nil, is the run's
-// Input.Release.
-func (r *Runner) feed(ctx context.Context, ms []Message, release func()) error {
+// and applied on the loop.
+func (r *Runner) feed(ctx context.Context, ms []Message) error {
 	if r.pool != nil {
-		return r.dispatch(ctx, ms, release)
+		return r.dispatch(ctx, ms)
 	}
-	return r.messages(ctx, ms, release)
+	return r.messages(ctx, ms)
 }
 
 // messages processes records in order; a fatal error stops it, and a
 // suspension (the generation ended with the batch full) keeps the rest
-// for the revocation. release is called once all of ms was processed.
-func (r *Runner) messages(ctx context.Context, ms []Message, release func()) error {
+// for the revocation.
+func (r *Runner) messages(ctx context.Context, ms []Message) error {
 	now := r.deps.Now() // a run's records were fetched together: one clock read
 	for i := range ms {
 		if r.suspended {
@@ -88,9 +86,6 @@ func (r *Runner) messages(ctx context.Context, ms []Message, release func()) err
 			return err
 		}
 		now = r.later(now)
-	}
-	if release != nil {
-		release()
 	}
 	return nil
 }
@@ -117,7 +112,7 @@ func (r *Runner) resumeLate(ctx context.Context) error {
 		return err
 	}
 	for _, ms := range late {
-		if err := r.feed(ctx, ms, nil); err != nil {
+		if err := r.feed(ctx, ms); err != nil {
 			return err
 		}
 	}
@@ -145,7 +140,7 @@ func (r *Runner) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ok := r.healthy(time.Now())
+		ok := r.health.healthy(time.Now(), r.cfg.SinkTimeout)
 		if ok == !down {
 			continue
 		}
@@ -159,7 +154,7 @@ func (r *Runner) watch(ctx context.Context) {
 			m.Ready.Set(v)
 		}
 		if down {
-			ev := r.log.Warn().Dur("for", time.Since(time.Unix(0, r.failingSince.Load())))
+			ev := r.log.Warn().Dur("for", time.Since(r.health.since()))
 			if err := r.LastSinkError(); err != nil {
 				ev = ev.Err(err)
 			} else {
@@ -186,9 +181,9 @@ func (r *Runner) message(ctx context.Context, m *Message, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	r.gave = false
-	out, lines, pending, derr := r.dec.record(m, k, r.linef)
-	if out == recordDecoded && derr == nil && !r.gave {
+	r.stage.gave = false
+	out, lines, pending, derr := r.dec.record(m, k, r.stage.linef)
+	if out == recordDecoded && derr == nil && !r.stage.gave {
 		out = recordEmpty
 	}
 	r.settleRecord(m, k, out, lines, pending, derr)
@@ -211,67 +206,31 @@ func (r *Runner) count() {
 }
 
 // admit does the bookkeeping of a record before its lines are applied:
-// the counters, the offsets the open batch covers, the partition's state,
-// the processing time (now: read once per run of records, as reading the
-// clock per record was a large share of the loop's CPU on the load
-// benchmark).
+// the counters, the commit policy's partition state (the offsets the open
+// batch covers), the processing time (now: read once per run of records,
+// as reading the clock per record was a large share of the loop's CPU on
+// the load benchmark).
 func (r *Runner) admit(m *Message, now time.Time) (partKey, error) {
 	if r.draining {
 		return partKey{}, errors.New("runner: draining")
 	}
 	r.admittedRecs++
 	r.admittedBytes += len(m.Value)
-	k := partKey{m.Topic, m.Partition}
-	r.offsets[k] = m.Offset + 1
-	ps := r.parts[k]
-	if ps == nil {
-		ps = &partState{}
-		r.parts[k] = ps
-	}
-	r.curNow = now
-	was, live := ps.backlogged(), ps.atEnd()
-	ps.next, ps.seen, ps.made, ps.hwm = m.Offset+1, now, m.Time, m.HighWaterMark
-	is := ps.backlogged()
-	ps.caughtUp = ps.caughtUp || live
-	ps.replay = !ps.caughtUp && (is || ps.replay)
-	if is != was {
-		if is {
-			r.behind++
-		} else {
-			r.behind--
-		}
-		if r.behind == 0 || r.behind == 1 && is {
-			r.showLimits()
-		}
+	r.stage.now = now
+	k, flipped := r.commits.admit(m, now)
+	if flipped {
+		r.showLimits()
 	}
 	return k, nil
 }
 
 // settleRecord does what is left of a record after its lines were
-// applied: the dead letters, the activity sample of a record that was not
-// decoded or gave nothing, the partition's partial line.
+// applied: the dead letters and the activity sample (Assembly.settle),
+// the partition's partial line (commitPolicy.settle).
 func (r *Runner) settleRecord(m *Message, k partKey, out recordOutcome, lines int32, pending bool, err error) {
-	switch out {
-	case recordOversized:
-		r.deadLetter(m, 0, "oversized", fmt.Sprintf("record of %d bytes exceeds pipeline.max_record_bytes %d", len(m.Value), r.cfg.MaxRecordBytes))
-	case recordSkipped:
-		if r.deps.Observe {
-			r.activity(m)
-		}
-	default:
-		if out == recordEmpty && r.deps.Observe {
-			r.activity(m)
-		}
-		if pending {
-			if _, held := r.pending[k]; !held {
-				r.pending[k] = m.Offset
-			}
-		} else {
-			delete(r.pending, k)
-		}
-		if err != nil {
-			r.deadLetter(m, lines, DeadLetterReason(err), err.Error())
-		}
+	r.stage.settle(m, out, lines, err)
+	if out != recordOversized && out != recordSkipped {
+		r.commits.settle(m, k, pending)
 	}
 }
 
@@ -292,7 +251,7 @@ func (r *Runner) later(now time.Time) time.Time {
 // loop's records until the revocation (resumeLate): the batch keeps
 // max_rows, and the stores are not tried once per record to fail.
 func (r *Runner) admitted(ctx context.Context) error {
-	r.batch.Bytes += 16 // coordinates
+	r.stage.batch.Bytes += 16 // coordinates
 	if !r.full() {
 		return nil
 	}
@@ -306,13 +265,13 @@ func (r *Runner) admitted(ctx context.Context) error {
 
 // full reports whether the open batch is due for a size flush.
 func (r *Runner) full() bool {
-	rows, bytes, _ := r.cfg.Batch.limits(r.backlog())
-	return r.batch.Len() >= rows || r.batch.Bytes >= bytes
+	rows, bytes, _ := r.cfg.Batch.limits(r.commits.backlog())
+	return r.stage.batch.Len() >= rows || r.stage.batch.Bytes >= bytes
 }
 
 // maxWait is the flush interval in force (BatchConfig.Backlog).
 func (r *Runner) maxWait() time.Duration {
-	_, _, wait := r.cfg.Batch.limits(r.backlog())
+	_, _, wait := r.cfg.Batch.limits(r.commits.backlog())
 	return wait
 }
 
@@ -320,7 +279,7 @@ func (r *Runner) maxWait() time.Duration {
 // force; admit calls it when the backlog begins or ends.
 func (r *Runner) showLimits() {
 	if m := r.deps.Metrics; m != nil {
-		rows, _, _ := r.cfg.Batch.limits(r.backlog())
+		rows, _, _ := r.cfg.Batch.limits(r.commits.backlog())
 		m.BatchCapacity.Set(float64(rows))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"maps"
 	"slices"
 	"sync"
 )
@@ -205,31 +204,6 @@ type parseJob struct {
 	done  chan struct{} // one value when the worker is through with the job
 	ready bool          // done's value was received
 	next  int           // records applied so far (a suspension stops apply between two)
-	run   *runRelease   // the Input.Release of the run msgs are of, nil: none
-}
-
-// runRelease calls a run's Input.Release once every job made of the run
-// was applied: jobs counts those not yet applied, sealed says all of them
-// were made. A run whose rest went to Runner.late is never released
-// (release set to nil).
-type runRelease struct {
-	release func()
-	jobs    int
-	sealed  bool
-}
-
-// done counts one job of the run applied.
-func (rr *runRelease) done() {
-	rr.jobs--
-	rr.maybe()
-}
-
-// maybe calls release when the run is through.
-func (rr *runRelease) maybe() {
-	if rr.sealed && rr.jobs == 0 && rr.release != nil {
-		rr.release()
-		rr.release = nil
-	}
 }
 
 // parsedRecord is what a worker made of one record of a job.
@@ -402,10 +376,7 @@ func (p *parsePool) pop() *parseJob {
 
 // release keeps an applied job for its buffers.
 func (p *parsePool) release(j *parseJob) {
-	if j.run != nil {
-		j.run.done()
-	}
-	j.msgs, j.flush, j.ready, j.next, j.run = nil, false, false, 0, nil
+	j.msgs, j.flush, j.ready, j.next = nil, false, false, 0
 	clear(j.recs) // the errors
 	p.free = append(p.free, j)
 }
@@ -413,18 +384,9 @@ func (p *parsePool) release(j *parseJob) {
 // dispatch sends records to the parse workers: each run of consecutive
 // records of one worker's partitions is one job. When as many jobs are
 // out as may be, the oldest is applied first; a suspension meanwhile
-// keeps the records not sent for the revocation. release, if not nil, is
-// called once every job of ms was applied (runRelease).
-func (r *Runner) dispatch(ctx context.Context, ms []Message, release func()) error {
+// keeps the records not sent for the revocation.
+func (r *Runner) dispatch(ctx context.Context, ms []Message) error {
 	p := r.pool
-	var run *runRelease
-	if release != nil {
-		run = &runRelease{release: release}
-		defer func() {
-			run.sealed = true
-			run.maybe()
-		}()
-	}
 	for len(ms) > 0 {
 		w := p.worker(partKey{ms[0].Topic, ms[0].Partition})
 		n := 1
@@ -438,17 +400,10 @@ func (r *Runner) dispatch(ctx context.Context, ms []Message, release func()) err
 		}
 		if r.suspended {
 			r.late = append(r.late, ms)
-			if run != nil {
-				run.release = nil // the rest is fed again without it
-			}
 			return nil
 		}
 		j := p.job(r.resets)
 		j.msgs = ms[:n:n]
-		if run != nil {
-			j.run = run
-			run.jobs++
-		}
 		p.send(w, j)
 		ms = ms[n:]
 	}
@@ -503,8 +458,8 @@ func (r *Runner) applyAll(ctx context.Context) error {
 // flush of a full batch. A fatal flush error stops it.
 func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 	if j.flush {
-		r.curNow = r.deps.Now()
-		r.proc.applyRange(&j.out, 0, int(j.recs[0].end), r.foldf)
+		r.stage.now = r.deps.Now()
+		r.stage.apply(&j.out, 0, int(j.recs[0].end))
 		return nil
 	}
 	from := 0
@@ -524,7 +479,7 @@ func (r *Runner) apply(ctx context.Context, j *parseJob) error {
 			from = int(pr.end)
 			continue // draining: the record is not taken, as in message
 		}
-		r.proc.applyRange(&j.out, from, int(pr.end), r.foldf)
+		r.stage.apply(&j.out, from, int(pr.end))
 		from = int(pr.end)
 		r.settleRecord(m, k, pr.outcome, pr.lines, pr.pending, pr.err)
 		if err := r.admitted(ctx); err != nil && fatal(err) {
@@ -546,8 +501,7 @@ func (r *Runner) drainParsed(ctx context.Context) error {
 	if err := r.applyAll(ctx); err != nil {
 		return err
 	}
-	ks := slices.SortedFunc(maps.Keys(r.parts), comparePart)
-	for _, k := range ks {
+	for _, k := range r.commits.partitions() {
 		for r.pool.full() {
 			if err := r.applyNext(ctx); err != nil {
 				return err
@@ -555,7 +509,7 @@ func (r *Runner) drainParsed(ctx context.Context) error {
 		}
 		j := r.pool.job(r.resets)
 		j.flush = true
-		j.fmsg = Message{Topic: k.topic, Partition: k.part, Offset: r.offsets[k] - 1}
+		j.fmsg = r.commits.last(k)
 		r.pool.send(r.pool.worker(k), j)
 	}
 	return r.applyAll(ctx)

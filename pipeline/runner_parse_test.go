@@ -1,11 +1,9 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -139,58 +137,14 @@ func parseWorkersInput(t *testing.T) map[pipeline.Partition][]pipeline.Message {
 // returns every stored batch and every commit.
 func parseWorkersRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool) (batches []string, commits [][]pipeline.Offset) {
 	t.Helper()
-	batches, commits, _ = prefilterRun(t, input, workers, ended, parsers.Prefilter(true), false, nil)
+	batches, commits, _ = prefilterRun(t, input, workers, ended, parsers.Prefilter(true), false)
 	return batches, commits
-}
-
-// releases counts, per run of records sent with a Release, how often it
-// was released; the release overwrites the run's keys and values (copies
-// made for it), as a source reusing their buffer would.
-type releases struct {
-	mu    sync.Mutex
-	calls []int
-	late  []bool // the run was sent as its generation ended (it may be kept for the revocation)
-}
-
-// input returns the Input of a copy of ms, with a Release that poisons it.
-func (rl *releases) input(ms []pipeline.Message) pipeline.Input { return rl.run(ms, false) }
-
-// run is input; late says the run is sent as its generation ends.
-func (rl *releases) run(ms []pipeline.Message, late bool) pipeline.Input {
-	ms = slices.Clone(ms)
-	for i := range ms {
-		ms[i].Key, ms[i].Value = bytes.Clone(ms[i].Key), bytes.Clone(ms[i].Value)
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	k := len(rl.calls)
-	rl.calls = append(rl.calls, 0)
-	rl.late = append(rl.late, late)
-	return pipeline.Input{Messages: ms, Release: func() {
-		// The loop reads nothing of a released run: neither the bytes
-		// nor the records.
-		for i := range ms {
-			ms[i].Topic, ms[i].Partition, ms[i].Offset, ms[i].Time = "#", -7, -1<<40, time.Time{}
-		}
-		for _, m := range ms {
-			for i := range m.Value {
-				m.Value[i] = '#'
-			}
-			for i := range m.Key {
-				m.Key[i] = '#'
-			}
-		}
-		rl.mu.Lock()
-		rl.calls[k]++
-		rl.mu.Unlock()
-	}}
 }
 
 // prefilterRun is parseWorkersRun with cand as the runner's record
 // prefilter (nil: none); with noActivity the batches are dumped without
-// their activity samples, whose number it returns. With rl, runs of
-// records are sent with a poisoning Release (releases.input).
-func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool, cand func([]byte) bool, noActivity bool, rl *releases) (batches []string, commits [][]pipeline.Offset, activity int) {
+// their activity samples, whose number it returns.
+func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message, workers int, ended bool, cand func([]byte) bool, noActivity bool) (batches []string, commits [][]pipeline.Offset, activity int) {
 	t.Helper()
 	cfg := pipeline.DefaultRunnerConfig()
 	cfg.ParseWorkers = workers
@@ -260,8 +214,6 @@ func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message,
 					for _, msg := range ms[from:to] {
 						in <- pipeline.Input{Message: msg}
 					}
-				case rl != nil:
-					in <- rl.input(ms[from:to])
 				default:
 					in <- pipeline.Input{Messages: append([]pipeline.Message(nil), ms[from:to]...)}
 				}
@@ -300,11 +252,7 @@ func prefilterRun(t *testing.T, input map[pipeline.Partition][]pipeline.Message,
 			next[p]++
 		}
 	}
-	if rl != nil {
-		in <- rl.run(mixed, true) // the loop may take it after endGen
-	} else {
-		in <- pipeline.Input{Messages: mixed}
-	}
+	in <- pipeline.Input{Messages: mixed} // the loop may take it after endGen
 	endGen()
 	ask(pipeline.InputRevoked, gen(nil))
 
@@ -367,8 +315,8 @@ func sameRun(t *testing.T, name string, got, want []string, gotCommits, wantComm
 func TestRunWithoutPrefilterSameRows(t *testing.T) {
 	input := parseWorkersInput(t)
 	for _, workers := range []int{1, 2} {
-		want, wantCommits, wantAct := prefilterRun(t, input, workers, false, parsers.Prefilter(true), true, nil)
-		got, gotCommits, gotAct := prefilterRun(t, input, workers, false, nil, true, nil)
+		want, wantCommits, wantAct := prefilterRun(t, input, workers, false, parsers.Prefilter(true), true)
+		got, gotCommits, gotAct := prefilterRun(t, input, workers, false, nil, true)
 		sameRun(t, fmt.Sprintf("workers %d without the prefilter", workers), got, want, gotCommits, wantCommits)
 		if wantAct == 0 || gotAct == 0 {
 			t.Errorf("workers %d: activity samples %d with the prefilter, %d without; want some in both", workers, wantAct, gotAct)
@@ -437,41 +385,6 @@ func TestParseWorkersConfig(t *testing.T) {
 		cfg.ParseWorkers = n
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pipeline.parse_workers: must be between 0 and 64") {
 			t.Errorf("parse_workers %d: Validate() = %v; want the field's error", n, err)
-		}
-	}
-}
-
-// TestRunReleasesRunsAfterUse: a run of records sent with Input.Release is
-// released once the loop is through with it, never twice, and nothing of
-// it is read afterwards: each release overwrites the run's keys and values
-// (a Kafka source reuses their buffer then), and the batches and commits
-// are still the reference run's, inline and with parse workers, with
-// generations that end at their revocation or at once (their records
-// applied at the revocation, runs kept through a suspension).
-func TestRunReleasesRunsAfterUse(t *testing.T) {
-	input := parseWorkersInput(t)
-	want, wantCommits := parseWorkersRun(t, input, 1, false)
-	for _, ended := range []bool{false, true} {
-		for _, workers := range []int{1, 2, 3} {
-			name := fmt.Sprintf("workers %d, generations ended %v, runs released", workers, ended)
-			rl := &releases{}
-			got, gotCommits, _ := prefilterRun(t, input, workers, ended, parsers.Prefilter(true), false, rl)
-			sameRun(t, name, got, want, gotCommits, wantCommits)
-			released := 0
-			for k, n := range rl.calls {
-				if n > 1 {
-					t.Errorf("%s: run %d released %d times", name, k, n)
-				}
-				// Only runs kept through a suspension (for the
-				// revocation) or dropped stay unreleased: none while
-				// generations last until their revocation, but for the
-				// one sent as its generation ends.
-				if n == 0 && !ended && !rl.late[k] {
-					t.Errorf("%s: run %d of %d not released", name, k, len(rl.calls))
-				}
-				released += n
-			}
-			t.Logf("%s: %d of %d runs released", name, released, len(rl.calls))
 		}
 	}
 }

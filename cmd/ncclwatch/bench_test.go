@@ -35,10 +35,7 @@ func benchScanOf(b *testing.B, in []byte, telemetry bool) {
 	b.SetBytes(int64(len(in)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s := newScanner(pipeline.Expectation{}, 64<<10)
-		if telemetry {
-			s.enableTelemetry()
-		}
+		s := newScanner(pipeline.Expectation{}, 64<<10, nil, telemetry)
 		if err := s.read("bench", bytes.NewReader(in), int64(len(in))); err != nil {
 			b.Fatal(err)
 		}

@@ -71,7 +71,7 @@ func scanFile(t testing.TB, path string) scanResult {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s := newScanner(pipeline.Expectation{}, 64<<10)
+	s := newScanner(pipeline.Expectation{}, 64<<10, nil, false)
 	if err := s.read(path, f, 0); err != nil {
 		t.Fatal(err)
 	}

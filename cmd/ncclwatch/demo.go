@@ -363,8 +363,7 @@ func demoMedianStep(file string) (float64, string, string, error) {
 		return 0, "", "", err
 	}
 	defer f.Close()
-	s := newScanner(pipeline.Expectation{}, 64<<10)
-	s.enableTelemetry()
+	s := newScanner(pipeline.Expectation{}, 64<<10, nil, true)
 	if err := s.read(file, f, 0); err != nil {
 		return 0, "", "", err
 	}
@@ -472,8 +471,7 @@ func printDemoBandwidth(w io.Writer, sums map[string]pipeline.JobSummary) error 
 		if err != nil {
 			return err
 		}
-		s := newScanner(pipeline.Expectation{}, 64<<10)
-		s.enableTelemetry()
+		s := newScanner(pipeline.Expectation{}, 64<<10, nil, true)
 		err = s.read(job, f, 0)
 		f.Close()
 		if err != nil {

@@ -417,13 +417,13 @@ const guardTick = 200 * time.Millisecond
 // decided (once) and returns the final state if the job ended with a
 // forbidden verdict that never settled, else nil.
 func (g *guard) classify(lines <-chan guardLine, decided chan<- guardDecision, rep *guardReporter) *guardDecision {
-	s := newScanner(g.policy.expect, guardMaxLine)
-	emit := s.proc.Record
+	s := newScanner(g.policy.expect, guardMaxLine, g.policy.inventory, false)
+	emit := s.stage.Line
 	if rep != nil {
 		emit = func(rec *pipeline.Record) {
-			n := s.proc.Stats.NCCLLines
-			s.proc.Record(rec)
-			if s.proc.Stats.NCCLLines > n {
+			n := s.stage.Stats().NCCLLines
+			s.stage.Line(rec)
+			if s.stage.Stats().NCCLLines > n {
 				rep.add(rec.Text)
 			}
 		}
@@ -434,13 +434,13 @@ func (g *guard) classify(lines <-chan guardLine, decided chan<- guardDecision, r
 	var seen int64 // NCCL lines at the last evaluation
 	sent, settleChecked := false, false
 	evaluate := func(now time.Time, final bool) *guardDecision {
-		changed := s.proc.Stats.NCCLLines != seen
+		changed := s.stage.Stats().NCCLLines != seen
 		settleDue := !settleChecked && !first.IsZero() && now.Sub(first) >= g.policy.settle
 		if !changed && !settleDue && !final {
 			return nil
 		}
 		settleChecked = settleChecked || settleDue
-		seen = s.proc.Stats.NCCLLines
+		seen = s.stage.Stats().NCCLLines
 		d, ok := g.decide(s, first, now, final)
 		if !ok {
 			return nil
@@ -464,7 +464,7 @@ func (g *guard) classify(lines <-chan guardLine, decided chan<- guardDecision, r
 				}
 			}
 			s.dec.Flush(emit)
-			if first.IsZero() && s.proc.Stats.NCCLLines > 0 {
+			if first.IsZero() && s.stage.Stats().NCCLLines > 0 {
 				first = time.Now()
 			}
 		case now := <-tick.C:
@@ -482,18 +482,13 @@ func (g *guard) classify(lines <-chan guardLine, decided chan<- guardDecision, r
 // decide reports a decision when the job settled (or ended, when final) with
 // a verdict the policy forbids.
 func (g *guard) decide(s *scanner, first, now time.Time, final bool) (guardDecision, bool) {
-	asm := s.proc.Assembler()
-	e := g.policy.expect
-	if g.policy.inventory != nil {
-		e = g.policy.inventory.Expect(asm.Nodes(scanJob), g.policy.expect)
-		asm.SetExpectation(scanJob, &e)
-	}
-	comms, sum, ok := asm.Summaries(scanJob)
+	// The enriched summary (the inventory's expectation and topology);
+	// the topology never changes the verdict.
+	comms, sum, ok := s.stage.Summary(scanJob)
 	if !ok || !g.policy.forbids(sum.Verdict) {
 		return guardDecision{}, false
 	}
-	g.policy.inventory.Topology(asm.Nodes(scanJob), e, &sum)
-	d := guardDecision{comms: comms, sum: sum, at: now, first: first, lines: s.proc.Stats.NCCLLines}
+	d := guardDecision{comms: comms, sum: sum, at: now, first: first, lines: s.stage.Stats().NCCLLines}
 	complete := false
 	for _, c := range comms {
 		// NCCL prints a process's NET and channel lines before its Init

@@ -11,7 +11,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -56,37 +55,41 @@ type scanInput struct {
 	Telemetry  bool     `json:"telemetry"` // step-time and nccl-tests extraction ran
 }
 
-// scanner runs the shared decode → classify → assemble path over files.
+// scanner is scan's chain: the files are its source, read in blocks
+// whose candidate lines are decoded and parsed on the search goroutines
+// (pipeline.BlockScanner.ScanParsed), then applied in input order to the
+// assembly stage (pipeline.Assembly.Apply, the stage the run loop feeds),
+// whose enriched summary, telemetry reports and rules make the table or
+// JSON document.
 type scanner struct {
-	dec   *parsers.Decoder
 	dcfg  parsers.DecoderConfig // for the search goroutines' decoders
-	proc  *pipeline.Processor
+	dec   *parsers.Decoder      // guard's, which reads line by line (Assembly.Line)
+	stage *pipeline.Assembly
 	max   int
 	input scanInput
 	prog  *progress
-	// Telemetry (telA nil when off): lines parses it with the NCCL lines,
-	// in the same call.
-	lines *parsers.Lines
-	telA  *pipeline.TelemetryAssembler
+	// telA is the stage's telemetry assembler; nil when telemetry is off.
+	telA *pipeline.TelemetryAssembler
 }
 
-func newScanner(expect pipeline.Expectation, maxLine int) *scanner {
+// newScanner returns a scanner whose stage judges by expect, refined by
+// the facts of inv (nil: none) where the job's nodes are in it; with
+// telemetry it also extracts training progress and nccl-tests results.
+func newScanner(expect pipeline.Expectation, maxLine int, inv *pipeline.Inventory, telemetry bool) *scanner {
 	cfg := pipeline.DefaultAssemblerConfig()
 	cfg.Expect = expect
 	dcfg := parsers.DefaultDecoderConfig()
 	dcfg.MaxLineBytes = maxLine
-	asm := assemble.New(cfg)
-	s := &scanner{dec: parsers.NewDecoder(dcfg), dcfg: dcfg, lines: &parsers.Lines{}, max: maxLine}
-	s.proc = pipeline.NewProcessor(asm, s.lines, func(*pipeline.Record) string { return scanJob })
+	s := &scanner{dcfg: dcfg, dec: parsers.NewDecoder(dcfg), max: maxLine}
+	lines := &parsers.Lines{}
+	if telemetry {
+		lines = parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
+		s.input.Telemetry = true
+	}
+	s.stage = pipeline.NewFileAssembly(assemble.New(cfg), lines, scanJob, s.telA,
+		pipeline.Enricher{Inventory: inv, Default: expect})
 	return s
-}
-
-// enableTelemetry makes the scanner also extract training progress and
-// nccl-tests results.
-func (s *scanner) enableTelemetry() {
-	*s.lines = *parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-	s.telA = pipeline.NewTelemetryAssembler(pipeline.DefaultTelemetryAssemblerConfig(), nil)
-	s.input.Telemetry = true
 }
 
 // read scans one input. name is shown in errors and progress. Only the
@@ -95,30 +98,52 @@ func (s *scanner) enableTelemetry() {
 // rather than joined to an unrelated later candidate. Each search goroutine
 // also decodes and parses the candidate lines it found, with its own
 // decoder and line parser (pipeline.Parser); this goroutine hands the
-// parsed records to the assemblers in input order (Processor.Apply), so
-// which goroutine read a line changes nothing.
+// parsed records to the assembly stage in input order, so which goroutine
+// read a line changes nothing.
 func (s *scanner) read(name string, r io.Reader, size int64) error {
 	s.input.Files = append(s.input.Files, name)
+	// Reports are per input file: runs and series do not continue from
+	// one file into the next.
+	s.stage.SetSource(name)
+	telemetry := s.telA != nil
 	finder := &parsers.Finder{}
-	newLines := func() *parsers.Lines { return &parsers.Lines{} }
-	var tel func(rec *pipeline.Record, tl *pipeline.TelemetryLine)
-	if s.telA != nil {
+	if telemetry {
 		finder = parsers.NewTelemetryFinder()
-		newLines = func() *parsers.Lines {
-			return parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
-		}
-		tel = func(rec *pipeline.Record, tl *pipeline.TelemetryLine) {
-			// Reports are per input file: runs and series do not
-			// continue from one file into the next.
-			s.telA.Add(name, rec.Meta, tl, rec.Time, pipeline.Source{Topic: name}, nil)
-		}
 	}
-	pre := parsers.Prefilter(s.telA != nil) // what finder finds, line by line
-	var chunks sync.Pool                    // *parsedChunk, applied
-	newStep := func() func(*pipeline.Chunk) any {
+	bs := pipeline.NewBlockScanner(r, finder, s.max)
+	err := bs.ScanParsed(s.newStep(telemetry), func(c *pipeline.Chunk, out *pipeline.ParsedChunk) {
+		s.input.Candidates += int64(len(c.Lines))
+		s.input.Oversized += out.Oversized
+		s.input.Malformed += out.Malformed
+		s.stage.Apply(&out.Parsed)
+		if s.prog != nil && len(c.Offs) > 0 {
+			s.prog.update(name, c.Offs[len(c.Offs)-1], size)
+		}
+	})
+	s.input.Bytes += bs.Bytes
+	s.input.Oversized += bs.Oversized
+	if s.prog != nil {
+		s.prog.done()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// newStep returns the decode and parse step of each search goroutine: a
+// decoder and a line parser of its own read a chunk's candidate lines
+// into a ParsedChunk.
+func (s *scanner) newStep(telemetry bool) func() func(*pipeline.Chunk, *pipeline.ParsedChunk) {
+	pre := parsers.Prefilter(telemetry) // what the finder finds, line by line
+	return func() func(*pipeline.Chunk, *pipeline.ParsedChunk) {
 		dec := parsers.NewDecoder(s.dcfg)
-		pr := pipeline.NewParser(newLines(), s.telA != nil)
-		var out *parsedChunk
+		lines := &parsers.Lines{}
+		if telemetry {
+			lines = parsers.NewLines(parsers.NewTelemetry(parsers.DefaultTelemetryConfig()))
+		}
+		pr := pipeline.NewParser(lines, telemetry)
+		var out *pipeline.ParsedChunk
 		var dense []byte // the line of a dense stretch being decoded
 		var denseOK int  // whether it holds a token: 0 not known yet, 1, -1
 		emit := func(rec *pipeline.Record) {
@@ -137,15 +162,10 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 					return
 				}
 			}
-			pr.Parse(rec, &out.recs)
+			pr.Parse(rec, &out.Parsed)
 		}
-		return func(c *pipeline.Chunk) any {
-			out, _ = chunks.Get().(*parsedChunk)
-			if out == nil {
-				out = &parsedChunk{}
-			}
-			out.recs.Reset()
-			out.oversized, out.malformed = 0, 0
+		return func(c *pipeline.Chunk, o *pipeline.ParsedChunk) {
+			out = o
 			for i, line := range c.Lines {
 				dense, denseOK = nil, 0
 				if i >= c.Searched {
@@ -155,55 +175,28 @@ func (s *scanner) read(name string, r io.Reader, size int64) error {
 					// A line of a dense stretch is counted only if the
 					// finder would have handed it on.
 					if errors.Is(err, parsers.ErrOversized) {
-						out.oversized++
+						out.Oversized++
 					} else {
-						out.malformed++
+						out.Malformed++
 					}
 				}
 				dec.Flush(emit)
 			}
-			return out
+			out = nil
 		}
 	}
-	bs := pipeline.NewBlockScanner(r, finder, s.max)
-	err := bs.ScanPrepared(newStep, func(c *pipeline.Chunk, v any) {
-		out := v.(*parsedChunk)
-		s.input.Candidates += int64(len(c.Lines))
-		s.input.Oversized += out.oversized
-		s.input.Malformed += out.malformed
-		s.proc.Apply(&out.recs, tel)
-		chunks.Put(out) // its buffers serve a later chunk
-		if s.prog != nil && len(c.Offs) > 0 {
-			s.prog.update(name, c.Offs[len(c.Offs)-1], size)
-		}
-	})
-	s.input.Bytes += bs.Bytes
-	s.input.Oversized += bs.Oversized
-	if s.prog != nil {
-		s.prog.done()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }
 
-// parsedChunk is what a search goroutine made of a chunk's candidate
-// lines: their decoded, parsed records, in input order, and its counts.
-type parsedChunk struct {
-	recs      pipeline.Parsed
-	oversized int64
-	malformed int64
-}
-
+// result is the scan's document: the job's enriched summaries (the
+// assembly stage's Summary) and the telemetry reports of each input.
 func (s *scanner) result() scanResult {
-	comms, sum, ok := s.proc.Assembler().Summaries(scanJob)
+	comms, sum, ok := s.stage.Summary(scanJob)
 	if !ok {
 		sum = pipeline.JobSummary{Verdict: pipeline.VerdictOK, Intra: []string{}, Reasons: []string{"no NCCL evidence"}}
 		comms = []pipeline.CommSummary{}
 	}
 	in := s.input
-	in.NCCLLines = s.proc.Stats.NCCLLines
+	in.NCCLLines = s.stage.Stats().NCCLLines
 	res := scanResult{Communicators: comms, Summary: sum, Input: in}
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
@@ -283,12 +276,18 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	// The chain of scan: file source → decode + parse → assemble (read),
-	// then enrich, rules and the table or JSON sink over its one job.
-	s := newScanner(o.expect, o.maxLine)
-	if o.telemetry {
-		s.enableTelemetry()
+	// The chain of scan: file source → decode + parse → assemble and
+	// enrich (the assembly stage), then rules and the table or JSON sink
+	// over its one job.
+	var inv *pipeline.Inventory
+	if o.inventory != "" {
+		var err error
+		if inv, err = pipeline.LoadInventory(o.inventory); err != nil {
+			fmt.Fprintln(stderr, "ncclwatch scan:", err)
+			return exitUsage
+		}
 	}
+	s := newScanner(o.expect, o.maxLine, inv, o.telemetry)
 	if !o.quiet && isTerminal(os.Stderr) {
 		s.prog = &progress{w: stderr, start: time.Now()}
 	}
@@ -296,18 +295,7 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ncclwatch scan:", err)
 		return exitUsage
 	}
-	en := pipeline.Enricher{Default: o.expect}
-	if o.inventory != "" {
-		var err error
-		if en.Inventory, err = pipeline.LoadInventory(o.inventory); err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan:", err)
-			return exitUsage
-		}
-	}
-	asm := s.proc.Assembler()
-	e := en.Expect(asm, scanJob)
 	res := s.result()
-	en.Place(asm, scanJob, e, &res.Summary)
 	if ruleSet != nil {
 		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
 		if err != nil {

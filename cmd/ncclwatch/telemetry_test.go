@@ -37,8 +37,7 @@ func TestScanTelemetryCorpus(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			s := newScanner(pipeline.Expectation{}, 64<<10)
-			s.enableTelemetry()
+			s := newScanner(pipeline.Expectation{}, 64<<10, nil, true)
 			if err := s.read(name, f, 0); err != nil {
 				t.Fatal(err)
 			}

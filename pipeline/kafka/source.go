@@ -94,13 +94,10 @@ type Handler interface {
 // partition a run at a time (up to a few hundred consecutive ones, as they
 // were fetched): Run then calls Messages instead of Message, with the same
 // ordering and the same error and context rules. The slice and its
-// records are the handler's to keep; release, when not nil, is to be
-// called (once; more calls do nothing) when the handler no longer reads
-// their Key and Value bytes, which are then reused for records fetched later (see pipeline.Input.Release;
-// never calling it leaves them to the garbage collector).
+// records, Key and Value bytes included, are the handler's to keep.
 type BatchHandler interface {
 	Handler
-	Messages(ctx context.Context, ms []Message, release func()) error
+	Messages(ctx context.Context, ms []Message) error
 }
 
 // RetryReason names the kind of an error the source retries (the reason
@@ -390,7 +387,7 @@ func (s *Source) deliver(ctx context.Context, q <-chan chunk, fatal, warn <-chan
 			}
 			s.observe(c.msgs[len(c.msgs)-1])
 			if bh != nil {
-				if err := bh.Messages(ctx, c.msgs, nil); err != nil {
+				if err := bh.Messages(ctx, c.msgs); err != nil {
 					return deliveryError(ctx, c.msgs[0], err)
 				}
 				continue
@@ -692,10 +689,10 @@ func (e *emitter) Message(ctx context.Context, m Message) error {
 }
 
 // Messages hands the loop ms itself (a partition reader makes a fresh
-// slice for every run it queues) and its release.
-func (e *emitter) Messages(ctx context.Context, ms []Message, release func()) error {
+// slice for every run it queues).
+func (e *emitter) Messages(ctx context.Context, ms []Message) error {
 	select {
-	case e.out <- pipeline.Input{Kind: pipeline.InputMessage, Messages: ms, Release: release}:
+	case e.out <- pipeline.Input{Kind: pipeline.InputMessage, Messages: ms}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
