@@ -214,3 +214,44 @@ func benchSeriesKey(b *testing.B, hashEach bool) {
 	b.ReportMetric(8, "B/row")
 	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*len(rows)), "cpu-ns/row")
 }
+
+// BenchmarkClickHouseCollectives stores 40 000 collective_perf rows (the
+// cluster-inspector stream gives ~100 k per million records), each with
+// eight-bucket histograms, into the test server per iteration; cpu-ms/op
+// is this process's CPU.
+func BenchmarkClickHouseCollectives(b *testing.B) {
+	cfg := DefaultClickHouseConfig()
+	cfg.Addr = []string{benchAddr(b)}
+	cfg.Database = fmt.Sprintf("ncclwatch_bench_%d", time.Now().UnixNano())
+	c, err := NewClickHouse(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	defer func() { _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.Database) }()
+	if _, err := c.Migrate(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	batch := &pipeline.Batch{}
+	hist := pipeline.Hist{Buckets: []uint8{180, 181, 182, 183, 184, 185, 186, 187}, Counts: []uint32{1, 2, 3, 4, 4, 3, 2, 1}}
+	for i := range 40000 {
+		job := fmt.Sprintf("load-j%04d", i%24)
+		batch.Collectives = append(batch.Collectives, pipeline.CollectivePerf{
+			Source: pipeline.Source{Topic: "ncclwatch-load-0123abcd", Partition: int32(i % 8), Offset: int64(i)},
+			Minute: t0, Job: job, Namespace: "ml-team", Cluster: "load", Pod: job + "-worker-3", Node: "gpu-node-017",
+			Pool: "h100", Host: "gpu-node-017", CommID: "0x4f2a9c31d07e15", Op: "AllReduce", SizeBucket: 1 << (10 + i%20),
+			NRanks: 64, NNodes: 8, Count: 20, BusBWMin: 200, BusBWMax: 260, BusBWSum: 4600, BusBWP50: 230,
+			ExecUSMin: 100, ExecUSMax: 900, ExecUSSum: 9000, ExecUSP50: 450, ExecUSP99: math.NaN(),
+			BusBWHist: hist, ExecHist: hist,
+		})
+	}
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if err := c.Consume(b.Context(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}

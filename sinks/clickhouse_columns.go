@@ -79,6 +79,25 @@ func col[T any](c *columns, v func(j int) T) {
 	c.i++
 }
 
+// arrayCol appends the next column, an Array, a row at a time: the
+// driver's Append of a slice of rows reflects on every element, its
+// AppendRow of one row's typed slice does not.
+func arrayCol[T any](c *columns, v func(j int) []T) {
+	if c.err != nil {
+		return
+	}
+	if !c.measure {
+		bc := c.d.Column(c.i)
+		for j := range c.n {
+			if err := bc.AppendRow(v(j)); err != nil {
+				c.err = fmt.Errorf("column %d: %w", c.i, err)
+				return
+			}
+		}
+	}
+	c.i++
+}
+
 // sourceColumns appends topic, partition, offset and line.
 func sourceColumns(c *columns, src func(j int) *pipeline.Source) {
 	col(c, func(j int) string { return src(j).Topic })

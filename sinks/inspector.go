@@ -5,8 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -22,21 +20,44 @@ var inspectorTables = []table{
 			"exec_us_p50", "exec_us_p99", "busbw_hist_buckets", "busbw_hist_counts", "exec_hist_buckets",
 			"exec_hist_counts"},
 		rows: func(b *pipeline.Batch) int { return len(b.Collectives) },
-		append: func(d driver.Batch, b *pipeline.Batch, _ *ClickHouseConfig) error {
-			for i := range b.Collectives {
-				r := &b.Collectives[i]
-				if err := d.Append(r.Source.Topic, r.Source.Partition, r.Source.Offset, r.Source.Line,
-					clampTime(r.Minute.Truncate(time.Minute)), r.Job, r.Namespace, r.Cluster, r.Pod, r.Node, r.Pool,
-					r.Host, r.CommID, r.CommName, r.Op, b2u(r.P2P), r.SizeBucket,
-					int32(clamp(r.NRanks, -1<<31, 1<<31-1)), int32(clamp(r.NNodes, -1<<31, 1<<31-1)), uint64(max(r.Count, 0)),
-					nullF(r.BusBWMin), nullF(r.BusBWMax), r.BusBWSum, nullF(r.BusBWP50), nullF(r.ExecUSMin),
-					nullF(r.ExecUSMax), r.ExecUSSum, nullF(r.ExecUSP50), nullF(r.ExecUSP99),
-					histBuckets(r.BusBWHist), histCounts(r.BusBWHist), histBuckets(r.ExecHist),
-					histCounts(r.ExecHist)); err != nil {
-					return err
-				}
-			}
-			return nil
+		// A column at a time (columns): the Inspector shape sends a row
+		// per collective, operation, size bucket and minute, and a row of
+		// 33 interface values boxed most of its cells.
+		cols: func(c *columns, b *pipeline.Batch, _ *ClickHouseConfig) {
+			rs := b.Collectives
+			// The driver copies each row's array as it takes it, so one
+			// scratch slice serves every row.
+			scratch := make([]uint16, 0, 64)
+			sourceColumns(c, func(j int) *pipeline.Source { return &rs[j].Source })
+			col(c, func(j int) time.Time { return clampTime(rs[j].Minute.Truncate(time.Minute)) })
+			col(c, func(j int) string { return rs[j].Job })
+			col(c, func(j int) string { return rs[j].Namespace })
+			col(c, func(j int) string { return rs[j].Cluster })
+			col(c, func(j int) string { return rs[j].Pod })
+			col(c, func(j int) string { return rs[j].Node })
+			col(c, func(j int) string { return rs[j].Pool })
+			col(c, func(j int) string { return rs[j].Host })
+			col(c, func(j int) string { return rs[j].CommID })
+			col(c, func(j int) string { return rs[j].CommName })
+			col(c, func(j int) string { return rs[j].Op })
+			col(c, func(j int) uint8 { return b2u(rs[j].P2P) })
+			col(c, func(j int) int64 { return rs[j].SizeBucket })
+			col(c, func(j int) int32 { return int32(clamp(rs[j].NRanks, -1<<31, 1<<31-1)) })
+			col(c, func(j int) int32 { return int32(clamp(rs[j].NNodes, -1<<31, 1<<31-1)) })
+			col(c, func(j int) uint64 { return uint64(max(rs[j].Count, 0)) })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].BusBWMin) })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].BusBWMax) })
+			col(c, func(j int) float64 { return rs[j].BusBWSum })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].BusBWP50) })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].ExecUSMin) })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].ExecUSMax) })
+			col(c, func(j int) float64 { return rs[j].ExecUSSum })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].ExecUSP50) })
+			col(c, func(j int) *float64 { return nullFP(&rs[j].ExecUSP99) })
+			arrayCol(c, func(j int) []uint16 { scratch = appendBuckets(scratch[:0], rs[j].BusBWHist); return scratch })
+			arrayCol(c, func(j int) []uint32 { return histCounts(rs[j].BusBWHist) })
+			arrayCol(c, func(j int) []uint16 { scratch = appendBuckets(scratch[:0], rs[j].ExecHist); return scratch })
+			arrayCol(c, func(j int) []uint32 { return histCounts(rs[j].ExecHist) })
 		},
 		key: func(b *pipeline.Batch, h io.Writer) {
 			var n [8]byte
@@ -51,14 +72,13 @@ var inspectorTables = []table{
 	},
 }
 
-// histBuckets and histCounts are a Hist's arrays as stored (Array(UInt16),
-// Array(UInt32); never nil).
-func histBuckets(h pipeline.Hist) []uint16 {
-	out := make([]uint16, len(h.Buckets))
-	for i, b := range h.Buckets {
-		out[i] = uint16(b)
+// appendBuckets and histCounts are a Hist's arrays as stored
+// (Array(UInt16), Array(UInt32); never nil).
+func appendBuckets(dst []uint16, h pipeline.Hist) []uint16 {
+	for _, b := range h.Buckets {
+		dst = append(dst, uint16(b))
 	}
-	return out
+	return dst
 }
 
 func histCounts(h pipeline.Hist) []uint32 {

@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -128,5 +129,82 @@ func TestClickHouseCollectivePerf(t *testing.T) {
 	want := []string{"AllReduce 268435456 7 263 IB 1 h200-ib"}
 	if !slices.Equal(got, want) {
 		t.Errorf("collective_perf_fabric =\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+// TestClickHouseCollectivePerfColumns stores rows whose histograms differ
+// in length (one empty) and whose figures are partly NaN, and reads every
+// row back: each row keeps its own arrays (the insert builds them in one
+// scratch slice) and NaN is stored as NULL.
+func TestClickHouseCollectivePerfColumns(t *testing.T) {
+	c := migrated(t)
+	ctx, db := t.Context(), c.cfg.Database
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	row, _ := collectiveBatches(t0)
+	base := row.Collectives[0]
+	hists := []pipeline.Hist{
+		{Buckets: []uint8{1, 2, 3, 200}, Counts: []uint32{4, 3, 2, 1}},
+		{},
+		{Buckets: []uint8{77}, Counts: []uint32{9}},
+	}
+	b := &pipeline.Batch{}
+	for i, h := range hists {
+		r := base
+		r.Source.Offset = int64(1000 * (i + 1))
+		r.BusBWHist, r.ExecHist = h, hists[len(hists)-1-i]
+		if i == 1 {
+			r.BusBWP50, r.ExecUSP99 = math.NaN(), math.Inf(1)
+		}
+		b.Collectives = append(b.Collectives, r)
+	}
+	if err := c.Consume(ctx, b); err != nil {
+		t.Fatalf("Consume() = %v", err)
+	}
+	rows, err := c.Query(ctx, "SELECT `offset`, busbw_hist_buckets, busbw_hist_counts, exec_hist_buckets, "+
+		"exec_hist_counts, busbw_p50, exec_us_p99, busbw_sum FROM "+db+".collective_perf FINAL ORDER BY `offset`")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for ; rows.Next(); i++ {
+		var (
+			off      int64
+			bb, eb   []uint16
+			bc, ec   []uint32
+			p50, p99 *float64
+			sum      float64
+		)
+		if err := rows.Scan(&off, &bb, &bc, &eb, &ec, &p50, &p99, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(hists) {
+			t.Fatalf("more rows than the %d stored", len(hists))
+		}
+		in := b.Collectives[i]
+		wantB := func(h pipeline.Hist) []uint16 {
+			out := []uint16{}
+			for _, x := range h.Buckets {
+				out = append(out, uint16(x))
+			}
+			return out
+		}
+		wantC := func(h pipeline.Hist) []uint32 {
+			if h.Counts == nil {
+				return []uint32{}
+			}
+			return h.Counts
+		}
+		if off != in.Source.Offset || !slices.Equal(bb, wantB(in.BusBWHist)) || !slices.Equal(bc, wantC(in.BusBWHist)) ||
+			!slices.Equal(eb, wantB(in.ExecHist)) || !slices.Equal(ec, wantC(in.ExecHist)) || sum != in.BusBWSum {
+			t.Errorf("row %d = offset %d busbw %v/%v exec %v/%v sum %v; want %d %v/%v %v/%v %v", i, off, bb, bc, eb, ec, sum,
+				in.Source.Offset, wantB(in.BusBWHist), wantC(in.BusBWHist), wantB(in.ExecHist), wantC(in.ExecHist), in.BusBWSum)
+		}
+		if nan := i == 1; (p50 == nil) != nan || (p99 == nil) != nan {
+			t.Errorf("row %d: busbw_p50 %v exec_us_p99 %v; want NULL both: %v", i, fmtF(p50), fmtF(p99), nan)
+		}
+	}
+	if i != len(hists) {
+		t.Errorf("%d rows read back; want %d", i, len(hists))
 	}
 }
