@@ -13,6 +13,7 @@ import (
 // concurrent producers, as fast as the broker takes them, and returns the
 // number of jobs they hold.
 func produceBacklog(ctx context.Context, o Options, pcfg kafka.ProducerConfig) (phase, int, error) {
+	writeLZ4AsFluentBit()
 	prod, err := kafka.NewProducer(pcfg)
 	if err != nil {
 		return phase{}, 0, err
@@ -105,6 +106,7 @@ func producePaced(ctx context.Context, o Options, pcfg kafka.ProducerConfig, lat
 	// A short batch timeout: the offered rate, not the producer's
 	// batching, should set the latency.
 	pcfg.BatchTimeout = 2 * time.Millisecond
+	writeLZ4AsFluentBit()
 	prod, err := kafka.NewProducer(pcfg)
 	if err != nil {
 		return 0, err
