@@ -184,7 +184,22 @@ func TestMultiNodeOfParts(t *testing.T) {
 		meta       *pipeline.Meta
 		job, unatt string // multi_node of the whole job and of the unattributed processes
 		unattKind  string
+		comm       string // multi_node of communicator 0xabc, when named
 	}{
+		{
+			name: "a communicator of a multi-node job, members seen on one node with intra-node connections: unknown",
+			in: `node1:100:100 [0] NCCL INFO comm 0x11 rank 0 nranks 16 cudaDev 0 busId 1b000 commId 0xabc - Init START
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM
+node2:200:200 [0] NCCL INFO NET/IB : No device found.`,
+			job: "true", unatt: "true", unattKind: "job_multi_node", comm: "null",
+		},
+		{
+			name: "the same communicator in a job not known to span nodes: one node",
+			in: `node1:100:100 [0] NCCL INFO comm 0x11 rank 0 nranks 16 cudaDev 0 busId 1b000 commId 0xabc - Init START
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM
+node1:300:300 [1] NCCL INFO NET/IB : No device found.`,
+			job: "false", unatt: "false", unattKind: "job_single_node", comm: "false",
+		},
 		{
 			name: "unclaimed processes of a multi-node job with only intra-node connections so far span nodes",
 			in: `node2:200:200 [0] NCCL INFO comm 0x66d1 rank 8 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
@@ -226,6 +241,17 @@ host-b:200:201 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/CUMEM`,
 			}
 			if un == nil {
 				t.Fatalf("no unattributed summary in %d", len(comms))
+			}
+			if c.comm != "" {
+				got := "missing"
+				for _, cs := range comms {
+					if cs.CommID == "0xabc" {
+						got = show(cs.MultiNode)
+					}
+				}
+				if got != c.comm {
+					t.Errorf("communicator 0xabc multi_node %s, want %s", got, c.comm)
+				}
 			}
 			if got := show(un.MultiNode); got != c.unatt {
 				t.Errorf("unattributed multi_node %s, want %s", got, c.unatt)
