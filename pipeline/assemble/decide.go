@@ -34,7 +34,7 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 				claimed[k] = true
 			}
 		}
-		comms = append(comms, summarize(j, c.key, procs, []*comm{c}, expect, whole.MultiNode))
+		comms = append(comms, summarize(j, c.key, procs, []*comm{c}, expect, &whole))
 	}
 	var rest []*proc
 	for _, p := range j.order {
@@ -43,7 +43,7 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 		}
 	}
 	if len(rest) > 0 || len(comms) == 0 {
-		comms = append(comms, summarize(j, "", rest, nil, expect, whole.MultiNode))
+		comms = append(comms, summarize(j, "", rest, nil, expect, &whole))
 	}
 	return comms, rollUp(j, whole, comms, expect), true
 }
@@ -54,9 +54,10 @@ func (a *Assembler) Summaries(job string) (comms []pipeline.CommSummary, sum pip
 // gdr.go, multinode.go and verdict.go), and each decision records the
 // evidence it used. Facts (network, gdr, multi_node, nnodes, nranks, intra)
 // come only from the log; the fleet policy (expect) enters only fallback
-// and verdict. jobMulti is the whole job's multi_node (nil for the whole
-// job itself): a part of a single-node job is on one node too.
-func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation, jobMulti *bool) pipeline.CommSummary {
+// and verdict. whole is the whole job's summary when the set is a part of
+// the job (a communicator, the unattributed processes), nil for the whole
+// job itself: a part of a single-node job is on one node too.
+func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipeline.Expectation, whole *pipeline.CommSummary) pipeline.CommSummary {
 	s := pipeline.CommSummary{Job: j.displayName(), Cluster: j.meta.Cluster, CommID: id, Expect: expect, Env: map[string]string{},
 		NCCLVersions: []string{}, HCAs: []pipeline.HCA{}, Hosts: []string{}, Intra: []string{},
 		RDMAFailure: []string{}, Warnings: []string{}, Reasons: []string{}}
@@ -77,7 +78,7 @@ func summarize(j *jobState, id string, procs []*proc, comms []*comm, expect pipe
 	// 4. gdr, gdr_send, gdr_recv, gdr_partial.
 	s.GDR, s.GDRSend, s.GDRRecv, s.GDRPartial = decideGDR(&d, f.gdr)
 	// 5. nranks (printed), 6. multi_node, 7. nnodes.
-	multi, why := decideNodes(&d, &s, j, &v, comms, id == "", f.intra, jobMulti)
+	multi, why := decideNodes(&d, &s, j, &v, comms, id == "", f.intra, whole)
 	// 8. intra.
 	decideIntra(&d, &s, f.intra)
 
@@ -189,7 +190,7 @@ func gatherFacts(s *pipeline.CommSummary, procs []*proc) facts {
 // decideNodes is rules 5-7: nranks as printed (or as the nccl-tests table
 // of an unattributed set lists them), multi_node, and nnodes. It returns
 // multi_node and why, for the class and the verdict.
-func decideNodes(d *decision, s *pipeline.CommSummary, j *jobState, v *view, comms []*comm, unattributed bool, intra uint16, jobMulti *bool) (*bool, string) {
+func decideNodes(d *decision, s *pipeline.CommSummary, j *jobState, v *view, comms []*comm, unattributed bool, intra uint16, whole *pipeline.CommSummary) (*bool, string) {
 	maxNR, printedNodes := -1, -1
 	var largest *comm
 	for _, c := range comms {
@@ -217,9 +218,19 @@ func decideNodes(d *decision, s *pipeline.CommSummary, j *jobState, v *view, com
 			d.use("nranks", KindTestDevices, fmt.Sprintf("%d ranks listed", n))
 		}
 	}
-	multi, why, kind := multiNode(v, comms, maxNR, printedNodes, intra, test)
-	if multi == nil && jobMulti != nil && !*jobMulti {
+	part := whole != nil
+	jobSpans := part && whole.MultiNode != nil && *whole.MultiNode
+	jobOneNode := part && whole.MultiNode != nil && !*whole.MultiNode
+	// Rule 9 (intra-node connections alone) decides for the whole job, and
+	// for a communicator of a job not known to span nodes; never for the
+	// processes no communicator line claimed yet (rules 10 and 11 do).
+	intraOnly := !part || !unattributed && !jobSpans
+	multi, why, kind := multiNode(v, comms, maxNR, printedNodes, intra, test, intraOnly)
+	if multi == nil && jobOneNode {
 		multi, why, kind = ptr(false), "the whole job is on one node", KindJobSingleNode
+	}
+	if multi == nil && unattributed && jobSpans {
+		multi, why, kind = ptr(true), "the whole job spans nodes", KindJobMultiNode
 	}
 	s.MultiNode = multi
 	if multi != nil {

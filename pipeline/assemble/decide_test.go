@@ -173,3 +173,98 @@ pod-b:1:1 [0] NCCL INFO Using network Socket`,
 		})
 	}
 }
+
+// TestMultiNodeOfParts checks rules 9-11 of multi_node on the parts of a
+// job (CLASSIFICATION.md section 6): the processes no communicator line
+// claimed, and a node whose ranks sit only partly above its GPU count.
+func TestMultiNodeOfParts(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		in         string
+		meta       *pipeline.Meta
+		job, unatt string // multi_node of the whole job and of the unattributed processes
+		unattKind  string
+		comm       string // multi_node of communicator 0xabc, when named
+	}{
+		{
+			name: "a communicator of a multi-node job, members seen on one node with intra-node connections: unknown",
+			in: `node1:100:100 [0] NCCL INFO comm 0x11 rank 0 nranks 16 cudaDev 0 busId 1b000 commId 0xabc - Init START
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM
+node2:200:200 [0] NCCL INFO NET/IB : No device found.`,
+			job: "true", unatt: "true", unattKind: "job_multi_node", comm: "null",
+		},
+		{
+			name: "the same communicator in a job not known to span nodes: one node",
+			in: `node1:100:100 [0] NCCL INFO comm 0x11 rank 0 nranks 16 cudaDev 0 busId 1b000 commId 0xabc - Init START
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM
+node1:300:300 [1] NCCL INFO NET/IB : No device found.`,
+			job: "false", unatt: "false", unattKind: "job_single_node", comm: "false",
+		},
+		{
+			name: "unclaimed processes of a multi-node job with only intra-node connections so far span nodes",
+			in: `node2:200:200 [0] NCCL INFO comm 0x66d1 rank 8 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+node1:100:100 [0] NCCL INFO NET/IB : No device found.
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM`,
+			job: "true", unatt: "true", unattKind: "job_multi_node",
+		},
+		{
+			name: "unclaimed processes of a one-node job are on one node by the whole job (rule 10)",
+			in: `node1:100:100 [0] NCCL INFO NET/IB : No device found.
+node1:100:101 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM`,
+			job: "false", unatt: "false", unattKind: "job_single_node",
+		},
+		{
+			name: "a rank above the node's GPU count beside lower ranks: intra-node connections prove nothing",
+			in: `host-a:100:101 [5] NCCL INFO Channel 02/0 : 13[5] -> 14[6] via P2P/CUMEM
+host-b:200:201 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/CUMEM`,
+			meta: &pipeline.Meta{Node: "k8s-node-a"},
+			job:  "null", unatt: "null",
+		},
+		{
+			name: "ranks at their device indexes with intra-node connections only: one node",
+			in: `host-a:100:101 [5] NCCL INFO Channel 02/0 : 5[5] -> 6[6] via P2P/CUMEM
+host-b:200:201 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/CUMEM`,
+			meta: &pipeline.Meta{Node: "k8s-node-a"},
+			job:  "false", unatt: "false", unattKind: "job_single_node",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			comms, sum := run(t, strings.Split(c.in, "\n"), c.meta, pipeline.Expectation{Network: "rdma"})
+			if got := show(sum.MultiNode); got != c.job {
+				t.Errorf("job multi_node %s, want %s", got, c.job)
+			}
+			var un *pipeline.CommSummary
+			for i := range comms {
+				if comms[i].CommID == pipeline.Unattributed {
+					un = &comms[i]
+				}
+			}
+			if un == nil {
+				t.Fatalf("no unattributed summary in %d", len(comms))
+			}
+			if c.comm != "" {
+				got := "missing"
+				for _, cs := range comms {
+					if cs.CommID == "0xabc" {
+						got = show(cs.MultiNode)
+					}
+				}
+				if got != c.comm {
+					t.Errorf("communicator 0xabc multi_node %s, want %s", got, c.comm)
+				}
+			}
+			if got := show(un.MultiNode); got != c.unatt {
+				t.Errorf("unattributed multi_node %s, want %s", got, c.unatt)
+			}
+			kind := ""
+			for _, e := range un.Evidence {
+				if e.Field == "multi_node" {
+					kind = e.Kind
+				}
+			}
+			if kind != c.unattKind {
+				t.Errorf("unattributed multi_node evidence %q, want %q", kind, c.unattKind)
+			}
+		})
+	}
+}

@@ -46,6 +46,7 @@ const (
 	KindHostsTimesGPUs = "hosts_times_gpus"
 	KindSingleNode     = "single_node"
 	KindJobSingleNode  = "job_single_node"
+	KindJobMultiNode   = "job_multi_node"
 	// nranks, intra
 	KindPrintedNRanks = "printed_nranks"
 	KindTransports    = "intra_transports"

@@ -33,8 +33,9 @@ func (t *testList) hostSet() map[string]bool {
 // multiNode is rule 6: whether a set of processes spans nodes, why, and by
 // which evidence kind. Evidence that it does comes first; then evidence
 // that it does not; nil when the log does not show it. It never reads the
-// policy.
-func multiNode(v *view, comms []*comm, maxNR, printedNodes int, intra uint16, test *testList) (*bool, string, string) {
+// policy. intraOnly says whether rule 9 (intra-node connections alone) may
+// decide for this set (decideNodes).
+func multiNode(v *view, comms []*comm, maxNR, printedNodes int, intra uint16, test *testList, intraOnly bool) (*bool, string, string) {
 	if printedNodes > 1 {
 		return ptr(true), fmt.Sprintf("nNodes %d", printedNodes), KindPrintedNNodes
 	}
@@ -48,13 +49,16 @@ func multiNode(v *view, comms []*comm, maxNR, printedNodes int, intra uint16, te
 	for _, p := range v.procs {
 		byNode[v.nodeOf[p]] = append(byNode[v.nodeOf[p]], p)
 	}
+	someOffset := false
 	for _, group := range byNode {
 		if why := devConflict(group); why != "" {
 			return ptr(true), why, KindSameGPUOverNet
 		}
-		if why := rankOffset(group); why != "" {
+		why, some := rankOffsets(group)
+		if why != "" {
 			return ptr(true), why, KindRankOffset
 		}
+		someOffset = someOffset || some
 	}
 	if test != nil && len(test.hosts) > 0 {
 		hosts := test.hostSet()
@@ -92,7 +96,10 @@ func multiNode(v *view, comms []*comm, maxNR, printedNodes int, intra uint16, te
 			}
 		}
 	}
-	if v.nodes == 1 && intra != 0 && !netConn(v.procs) && !netTrace(v.procs) {
+	// Intra-node connections alone do not show one node where a rank sits
+	// above the node's GPU count (its lower ranks are elsewhere, or on
+	// this node as ranks of several communicators: rule 4).
+	if intraOnly && v.nodes == 1 && intra != 0 && !netConn(v.procs) && !netTrace(v.procs) && !someOffset {
 		return ptr(false), "only intra-node connections", KindIntraOnly
 	}
 	return nil, "", ""

@@ -257,18 +257,30 @@ func devConflict(group []*proc) string {
 // communicators of Ray actors that each see their own GPU as cudaDev 0, so
 // both rank 1s sit "1 above" device 0 on one node).
 func rankOffset(group []*proc) string {
+	why, _ := rankOffsets(group)
+	return why
+}
+
+// rankOffsets is rankOffset, and whether some rank of the node (not every
+// one) sits at least its GPU count above its device index: a rank whose
+// lower ranks are not all on this node, which keeps intra-node connections
+// from proving one node (rule 9) though it proves no second node while
+// lower ranks share this one (they may be another communicator's).
+func rankOffsets(group []*proc) (why string, some bool) {
 	rankOwner := map[int]*proc{}
 	for _, p := range group {
 		for r := range p.ranks {
 			if q, ok := rankOwner[r]; ok && q != p {
-				return ""
+				return "", false
 			}
 			rankOwner[r] = p
 		}
 	}
-	check := func(pairs map[int]int, min int) bool {
+	// check reports whether every pair sits min above its device, and
+	// whether one does.
+	check := func(pairs map[int]int, min int) (all, one bool) {
 		if len(pairs) == 0 {
-			return false
+			return false, false
 		}
 		devs := map[int]bool{}
 		for _, d := range pairs {
@@ -277,12 +289,15 @@ func rankOffset(group []*proc) string {
 		if len(devs) > min {
 			min = len(devs)
 		}
+		all = true
 		for r, d := range pairs {
 			if r-d < min {
-				return false
+				all = false
+			} else {
+				one = true
 			}
 		}
-		return true
+		return all, one
 	}
 	explicit, prefix := map[int]int{}, map[int]int{}
 	for _, p := range group {
@@ -295,13 +310,18 @@ func rankOffset(group []*proc) string {
 			prefix[r] = d
 		}
 	}
-	if check(explicit, 1) {
-		return "ranks on this host start above its GPU count"
+	all, one := check(explicit, 1)
+	if all {
+		return "ranks on this host start above its GPU count", true
 	}
-	if len(explicit) == 0 && check(prefix, 8) {
-		return "launcher ranks on this host start above its GPU count"
+	if len(explicit) == 0 {
+		if all, one := check(prefix, 8); all {
+			return "launcher ranks on this host start above its GPU count", true
+		} else {
+			return "", one
+		}
 	}
-	return ""
+	return "", one
 }
 
 // inferNodes returns the node count of a multi-node set when the log makes it
