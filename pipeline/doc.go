@@ -41,9 +41,9 @@
 // Runner.Run (runner*.go) is the delivery loop: one goroutine that takes
 // the source's Inputs, batches, stores one batch at a time through the
 // sink chain with retries, commits the offsets a stored batch covers and
-// handles assignments and revocations. Its parse workers (runner_parse.go)
-// decode and parse records beside it; the loop applies their results in
-// input order. Two types it drives own the rest of the state:
+// handles assignments and revocations. Its parse workers (parse_pool.go;
+// the loop's side in runner_parse.go) decode and parse records beside it;
+// the loop applies their results in input order. Two types it drives own the rest of the state:
 //
 //   - Assembly (stage_assembly.go) is the assemble and enrich stages: the
 //     Processor and NCCL assembler, the TelemetryAssembler, the open

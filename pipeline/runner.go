@@ -94,7 +94,7 @@ type partKey struct {
 // (RunnerConfig.ParseWorkers) the pure half of each record (prefilter,
 // envelope decode, line parse) runs on goroutines Run owns, each
 // partition on one of them in offset order, and the loop applies the
-// results in input order (runner_parse.go).
+// results in input order (parse_pool.go, runner_parse.go).
 //
 // The Runner itself holds the delivery: batching, the flight and its
 // retries, commits, assignments and revocations. Two parts it drives own
@@ -316,7 +316,7 @@ func (r *Runner) Run(ctx context.Context, in <-chan Input) error {
 		<-watched
 	}()
 	if n := r.cfg.ParseWorkers; n > 1 && r.deps.NewClassifier != nil {
-		r.pool = newParsePool(r, n)
+		r.pool = newParsePool(r.cfg, r.deps, n)
 		defer func() {
 			r.pool.stop()
 			r.pool = nil

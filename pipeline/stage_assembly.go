@@ -12,7 +12,7 @@ import (
 // Assembly is the assemble and enrich stages of the chain. The run loop
 // feeds it records, parsed (apply) or as stamped lines (line), and asks it
 // for the batch to store (prepare); scan and guard use it through
-// NewFileAssembly (Apply, Line, Summary). It owns:
+// NewFileAssembly (Apply, Line, Summary, SummaryBatch). It owns:
 //   - the NCCL assembler (asm), the Processor that feeds it, and the
 //     TelemetryAssembler (tel);
 //   - the open batch (batch): event rows (tap), telemetry rows (fold),
@@ -85,8 +85,8 @@ type Assembly struct {
 // telemetry line to tel (nil: telemetry off) as the input SetSource
 // named last, and en enriches what Summary returns. Line reads lines
 // with cls. It keeps no rows (no tap, no batch): such a front end
-// reports summaries, not batches. Only Apply, Line, SetSource, Summary
-// and Stats serve it.
+// reports summaries, not batches of rows. Only Apply, Line, SetSource,
+// Summary, SummaryBatch and Stats serve it.
 func NewFileAssembly(asm NCCLAssembler, cls Classifier, job string, tel *TelemetryAssembler, en Enricher) *Assembly {
 	a := &Assembly{asm: asm, tel: tel, enrich: en}
 	a.proc = NewProcessor(asm, cls, func(*Record) string { return job })
@@ -129,6 +129,22 @@ func (a *Assembly) Stats() ProcessorStats { return a.proc.Stats }
 func (a *Assembly) Summary(job string) (comms []CommSummary, sum JobSummary, ok bool) {
 	comms, sum, _, ok = a.summary(job)
 	return comms, sum, ok
+}
+
+// SummaryBatch returns a batch holding job's enriched summaries (Summary)
+// as the run loop's flush puts a job's final ones in it: the job in Jobs,
+// every communicator in Comms, in the assembler's order. It is what a file
+// front end, whose input is complete when it asks, hands its sink chain
+// (the rules stage, its table or JSON sink). ok is false when the stage
+// holds no state of job.
+func (a *Assembly) SummaryBatch(job string) (b *Batch, ok bool) {
+	comms, sum, ok := a.Summary(job)
+	if !ok {
+		return nil, false
+	}
+	b = &Batch{Jobs: []JobSummary{sum}}
+	b.addComms(comms, true)
+	return b, true
 }
 
 // summary is Summary; placed reports that the inventory set sum's

@@ -355,7 +355,8 @@ func (sc *scenario) apply(in scenarioInput, now time.Time) error {
 		}
 		if sum.Topology == nil && sc.inv != nil {
 			// A summary written without a topology gets the inputs'
-			// nodes' one, as Runner.prepare gives it.
+			// nodes' one, as Assembly.summarize (the enrich stage) gives
+			// it.
 			sc.inv.Topology(sc.nodes[key], sc.inv.Expect(sc.nodes[key], pipeline.Expectation{}), &sum)
 		}
 		if sum.LastSeen.IsZero() {
@@ -520,8 +521,9 @@ func (sc *scenario) observeAssembled(key string) error {
 	if !ok {
 		return nil // no NCCL line: nothing to observe
 	}
-	// As Runner.prepare: the topology of the job's nodes (all of the
-	// input's, where the records carry the first).
+	// As Assembly.summarize (the enrich stage): the topology of the
+	// job's nodes (all of the input's, where the records carry the
+	// first).
 	sc.inv.Topology(sc.nodes[key], e, &sum)
 	sc.eng.Observe(sum, comms, sc.nodeList(key))
 	return nil

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/rules"
@@ -507,7 +509,12 @@ func (g *guard) decide(s *scanner, first, now time.Time, final bool) (guardDecis
 		return guardDecision{}, false
 	}
 	if rs, err := rules.Builtin(); err == nil {
-		d.alerts, _ = scanAlerts(rs, comms, sum, now)
+		// The same batch through the rules stage to a scan sink, as scan
+		// hands it.
+		if b, ok := s.stage.SummaryBatch(scanJob); ok {
+			sink, _ := fileChain(rs, b, now, zerolog.Nop())
+			d.alerts = sink.alerts
+		}
 	}
 	return d, true
 }

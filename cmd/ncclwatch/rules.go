@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
@@ -150,24 +149,6 @@ func loadScanRules(spec string) (*rules.RuleSet, error) {
 		return nil, errors.New("--rules: name a rule file or builtin")
 	}
 	return rules.Load(files...)
-}
-
-// scanAlerts evaluates rs over scan's result: the alerts that would fire
-// for this input. The evaluation time is the job's last event time, or now
-// when the log carried no times.
-func scanAlerts(rs *rules.RuleSet, comms []pipeline.CommSummary, sum pipeline.JobSummary, now time.Time) ([]pipeline.Alert, error) {
-	if sum.NCCLLines == 0 && len(comms) == 0 {
-		return []pipeline.Alert{}, nil // no NCCL evidence, nothing to judge
-	}
-	if !sum.LastSeen.IsZero() {
-		now = sum.LastSeen
-	}
-	alerts, err := rules.Check(rs, sum, comms, now)
-	if alerts == nil {
-		alerts = []pipeline.Alert{}
-	}
-	sortScanAlerts(alerts)
-	return alerts, err
 }
 
 // printAlerts writes the alerts of `scan --rules` after the table.

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
+	"github.com/ncclwatch/ncclwatch/rules"
 )
 
 func runRulesCmd(t *testing.T, args ...string) (int, string, string) {
@@ -79,6 +82,13 @@ tests:
 	}
 }
 
+// judgeSummaries hands one job's summaries through fileChain, as scan
+// does, and returns the alerts its sink kept.
+func judgeSummaries(rs *rules.RuleSet, comms []pipeline.CommSummary, sum pipeline.JobSummary, now time.Time) ([]pipeline.Alert, error) {
+	sink, err := fileChain(rs, &pipeline.Batch{Jobs: []pipeline.JobSummary{sum}, Comms: comms}, now, zerolog.Nop())
+	return sink.alerts, err
+}
+
 // What `scan --rules builtin` shows: the helpers the scan command calls.
 func TestRulesScanAlerts(t *testing.T) {
 	rs, err := loadScanRules("builtin")
@@ -86,7 +96,7 @@ func TestRulesScanAlerts(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := scanFile(t, "../../testdata/corpus/051_socket_fallback_gke_a3_nccl2.22.3_net_socket_channels.log")
-	alerts, err := scanAlerts(rs, res.Communicators, res.Summary, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	alerts, err := judgeSummaries(rs, res.Communicators, res.Summary, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,9 +124,9 @@ func TestRulesScanAlerts(t *testing.T) {
 	}
 
 	// No NCCL evidence: nothing to judge.
-	alerts, err = scanAlerts(rs, nil, pipeline.JobSummary{}, time.Now())
+	alerts, err = judgeSummaries(rs, nil, pipeline.JobSummary{}, time.Now())
 	if err != nil || len(alerts) != 0 || alerts == nil {
-		t.Errorf("scanAlerts(empty) = %v, %v; want an empty list", alerts, err)
+		t.Errorf("fileChain(empty) = %v, %v; want an empty list", alerts, err)
 	}
 	if _, err := loadScanRules(" , "); err == nil {
 		t.Errorf("loadScanRules(empty) = nil error")

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ncclwatch/ncclwatch/parsers"
 	"github.com/ncclwatch/ncclwatch/pipeline"
 	"github.com/ncclwatch/ncclwatch/pipeline/assemble"
@@ -187,17 +189,31 @@ func (s *scanner) newStep(telemetry bool) func() func(*pipeline.Chunk, *pipeline
 	}
 }
 
-// result is the scan's document: the job's enriched summaries (the
-// assembly stage's Summary) and the telemetry reports of each input.
+// result is the scan's document without rules (judge).
 func (s *scanner) result() scanResult {
-	comms, sum, ok := s.stage.Summary(scanJob)
+	res, _ := s.judge(nil, time.Time{}, zerolog.Nop())
+	return res
+}
+
+// judge is the scan's document: the batch of the job's enriched
+// summaries (the assembly stage's SummaryBatch) handed through the rules
+// stage (rs nil: none) to the scan sink, whose summaries and alerts it
+// holds, and the telemetry reports of each input. now is the rules'
+// evaluation time when the log carried none; their errors go to log.
+func (s *scanner) judge(rs *rules.RuleSet, now time.Time, log zerolog.Logger) (scanResult, error) {
+	b, ok := s.stage.SummaryBatch(scanJob)
 	if !ok {
-		sum = pipeline.JobSummary{Verdict: pipeline.VerdictOK, Intra: []string{}, Reasons: []string{"no NCCL evidence"}}
+		b = &pipeline.Batch{Jobs: []pipeline.JobSummary{{Verdict: pipeline.VerdictOK, Intra: []string{},
+			Reasons: []string{"no NCCL evidence"}}}}
+	}
+	sink, err := fileChain(rs, b, now, log)
+	comms := sink.comms
+	if !ok {
 		comms = []pipeline.CommSummary{}
 	}
 	in := s.input
 	in.NCCLLines = s.stage.Stats().NCCLLines
-	res := scanResult{Communicators: comms, Summary: sum, Input: in}
+	res := scanResult{Communicators: comms, Summary: sink.sum, Input: in, Alerts: sink.alerts}
 	if s.telA != nil {
 		res.NCCLTests, res.Training = []pipeline.NCCLTestReport{}, []pipeline.TrainingReport{}
 		res.Checkpoints = []pipeline.CheckpointReport{}
@@ -215,7 +231,7 @@ func (s *scanner) result() scanResult {
 			res.Collectives = append(res.Collectives, s.telA.Collectives(f)...)
 		}
 	}
-	return res
+	return res, err
 }
 
 // readDir reads the regular files of a directory, in name order, as one
@@ -277,8 +293,8 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	// The chain of scan: file source → decode + parse → assemble and
-	// enrich (the assembly stage), then rules and the table or JSON sink
-	// over its one job.
+	// enrich (the assembly stage) → rules (rules.Stage) → the scan sink,
+	// whose summaries and alerts make the table or JSON document.
 	var inv *pipeline.Inventory
 	if o.inventory != "" {
 		var err error
@@ -295,13 +311,9 @@ func runScan(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ncclwatch scan:", err)
 		return exitUsage
 	}
-	res := s.result()
-	if ruleSet != nil {
-		alerts, err := scanAlerts(ruleSet, res.Communicators, res.Summary, time.Now())
-		if err != nil {
-			fmt.Fprintln(stderr, "ncclwatch scan: rules:", err)
-		}
-		res.Alerts = alerts
+	res, err := s.judge(ruleSet, time.Now(), zerolog.New(errLineWriter{w: stderr, prefix: "ncclwatch scan: rules"}))
+	if err != nil {
+		fmt.Fprintln(stderr, "ncclwatch scan: rules:", err)
 	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
