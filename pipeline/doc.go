@@ -43,7 +43,12 @@
 // sink chain with retries, commits the offsets a stored batch covers and
 // handles assignments and revocations. Its parse workers (parse_pool.go;
 // the loop's side in runner_parse.go) decode and parse records beside it;
-// the loop applies their results in input order. Two types it drives own the rest of the state:
+// the loop applies their results in input order. It is run's and demo's
+// delivery: scan and guard feed the same stages without it, since a
+// complete file or a child's output has nothing to batch, retry, commit or
+// rebalance (docs/architecture.md walks a record through both, and says
+// what a file source into Run would cost). Two types it drives own the
+// rest of the state:
 //
 //   - Assembly (stage_assembly.go) is the assemble and enrich stages: the
 //     Processor and NCCL assembler, the TelemetryAssembler, the open

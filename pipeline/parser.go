@@ -152,7 +152,7 @@ func (p *Parser) parse(rec *Record, out *Parsed, keepTel bool) {
 }
 
 // messages appends rec's messages, whose line's first verdict (in p.ev) is
-// nccl: the line, or each message glued in it (Processor.messages).
+// nccl: the line, or each message glued in it (splitMessages).
 func (p *Parser) messages(out *Parsed, rec *Record, nccl bool) {
 	if nccl && p.split != nil {
 		if i := p.split.NextMessage(rec.Text); i > 0 {
