@@ -88,9 +88,9 @@ func runChDB(t *testing.T, py string, stmts []chdbStmt) []chdbResult {
 }
 
 // recordingBatch keeps the values a table's append function passes, in
-// the place of the driver's batch: rows (Append) or whole columns
-// (Column(i).Append of a slice, the columnar path); the other methods are
-// not used.
+// the place of the driver's batch: rows (Append) or columns (Column(i):
+// Append of a slice, the columnar path, or AppendRow a row at a time, for
+// arrays); the other methods are not used.
 type recordingBatch struct {
 	driver.Batch
 	ncols int
@@ -126,8 +126,19 @@ func (c recordingColumn) Append(v any) error {
 	return nil
 }
 
+// AppendRow records one row's value; a slice is copied, as the driver
+// copies it (arrayCol's callers reuse one scratch slice across rows).
 func (c recordingColumn) AppendRow(v any) error {
-	return fmt.Errorf("column %d: AppendRow not recorded", c.i)
+	if c.r.cols == nil {
+		c.r.cols = map[int][]any{}
+	}
+	if s := reflect.ValueOf(v); s.Kind() == reflect.Slice {
+		cp := reflect.MakeSlice(s.Type(), s.Len(), s.Len())
+		reflect.Copy(cp, s)
+		v = cp.Interface()
+	}
+	c.r.cols[c.i] = append(c.r.cols[c.i], v)
+	return nil
 }
 
 // recorded returns the rows appended, column-wise appends turned into rows.
