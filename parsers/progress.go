@@ -13,12 +13,12 @@ import (
 // the sample in testdata/telemetry (115–144, SOURCES.md) that shows it.
 
 // progressMarkers gate the generic reader: it runs only on a line holding
-// one of them. They are searched (genericSet) only on the lines every named
-// reader declined, after the pass that finds the named readers' markers
-// (lineSet): as markers of that pass they cost every line of a job their
-// anchor hits, named trainers' lines included (Lightning bars hold
-// "loss=", DeepSpeed lines "/sec"), where the second pass costs only the
-// declined lines, mostly noise. Each holds a finder token
+// one of them. They are searched (holdsProgressMarker) only on the lines
+// every named reader declined, after the pass that finds the named
+// readers' markers (lineSet): as markers of that pass they cost every line
+// of a job their anchor hits, named trainers' lines included (Lightning
+// bars hold "loss=", DeepSpeed lines "/sec"), where the second pass costs
+// only the declined lines, mostly noise. Each holds a finder token
 // (TelemetryTokens), so a line the reader reads is one the finder hands on
 // (FuzzFinderCovers). They are chosen so that the named trainers' lines,
 // most of a job's output, hold few of their anchor pairs:
@@ -803,8 +803,8 @@ func evaluationLine(b []byte) bool {
 	return false
 }
 
-// genericSet finds progressMarkers in a line (tokenSet.contains: the
-// first hit ends the search).
+// genericSet finds progressMarkers in a line; genericPairs is its pair
+// table.
 var genericSet = func() *tokenSet {
 	specs := make([]tokenSpec, len(progressMarkers))
 	for i, t := range progressMarkers {
@@ -812,3 +812,12 @@ var genericSet = func() *tokenSet {
 	}
 	return newTokenSet(specs...)
 }()
+
+var genericPairs = newPairTable(genericSet)
+
+// holdsProgressMarker reports whether b holds one of progressMarkers. It
+// runs on every line the named readers declined, mostly noise (long Python
+// warnings, DeepSpeed's lr lines) that holds none, so what it costs is the
+// scan of the whole line for the markers' anchor pairs: it looks them up
+// in a pair table (pairTable), not in the set's bit set.
+func holdsProgressMarker(b []byte) bool { return genericPairs.contains(genericSet, b) }
