@@ -143,6 +143,11 @@ var progressCases = []struct {
 			step(l, pipeline.FrameworkProgress, 7)
 			l.TokensPerS, l.SamplesPerS, l.TFLOPs = 1.2e9, 3e9, 500
 		}},
+	{"time_ms carries its unit", `step 3 | time_ms: 40 | loss: 1.5`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 3)
+			l.StepTime, l.Loss = 0.04, 1.5
+		}},
 	{"a unit in the key after a step-time key only", `step 3 | data_time_ms: 40 | elapsed_time_per_iteration_sec: 1.5`,
 		func(l *pipeline.TelemetryLine) {
 			step(l, pipeline.FrameworkProgress, 3)
