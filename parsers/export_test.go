@@ -26,3 +26,10 @@ func loopCPU(b *testing.B, fn func()) {
 	}
 	b.ReportMetric(float64(CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
+
+// HoldsProgressMarker and ProgressMarkers let the external tests check the
+// generic reader's gate against the markers it stands for.
+var (
+	HoldsProgressMarker = holdsProgressMarker
+	ProgressMarkers     = progressMarkers[:]
+)

@@ -13,12 +13,12 @@ import (
 // the sample in testdata/telemetry (115–144, SOURCES.md) that shows it.
 
 // progressMarkers gate the generic reader: it runs only on a line holding
-// one of them. They are searched (genericSet) only on the lines every named
-// reader declined, after the pass that finds the named readers' markers
-// (lineSet): as markers of that pass they cost every line of a job their
-// anchor hits, named trainers' lines included (Lightning bars hold
-// "loss=", DeepSpeed lines "/sec"), where the second pass costs only the
-// declined lines, mostly noise. Each holds a finder token
+// one of them. They are searched (holdsProgressMarker) only on the lines
+// every named reader declined, after the pass that finds the named
+// readers' markers (lineSet): as markers of that pass they cost every line
+// of a job their anchor hits, named trainers' lines included (Lightning
+// bars hold "loss=", DeepSpeed lines "/sec"), where the second pass costs
+// only the declined lines, mostly noise. Each holds a finder token
 // (TelemetryTokens), so a line the reader reads is one the finder hands on
 // (FuzzFinderCovers). They are chosen so that the named trainers' lines,
 // most of a job's output, hold few of their anchor pairs:
@@ -135,18 +135,20 @@ func blockFigure(b []byte, tl *pipeline.TelemetryLine) bool {
 	if j < 0 || bytes.IndexAny(key[:bytes.IndexByte(key, '/')], " \t") >= 0 {
 		return false
 	}
-	if num, unit := splitUnit(val); len(unit) > 0 || len(num) == 0 {
+	num, glued := splitUnit(val)
+	mag, isMag := magnitude(glued)
+	if len(glued) > 0 && !isMag || len(num) == 0 {
 		return false
 	}
 	var kb [48]byte
-	k, unit := normKey(kb[:0], key[j+1:])
+	k, unit := keyUnit(normKey(kb[:0], key[j+1:]))
 	f := progressKey(k)
 	switch f {
 	case keyNone, keyStep, keyEpoch:
 		return false
 	}
 	p := progressLine{step: -1, tl: tl}
-	p.set(f, val, unit)
+	p.setScaled(f, num, unit, mag)
 	if p.figures == 0 {
 		return false
 	}
@@ -261,7 +263,7 @@ func (p *progressLine) field(b []byte, words []pword, i int) int {
 // figure reads key's value val (the word at j-1; words[j] may be its unit).
 func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 	var kb [48]byte
-	k, unit := normKey(kb[:0], key)
+	k, unit := keyUnit(normKey(kb[:0], key))
 	val = trimQuote(val)
 	switch progressKey(k) {
 	case keyStep:
@@ -311,8 +313,9 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 		// A unit may still name the figure ("ips: 3.74 samples/sec").
 		if j < len(words) && !words[j].strong {
 			if u := rateUnit(trimQuote(words[j].b)); u != keyNone {
-				if num, _ := splitUnit(val); len(num) > 0 {
-					p.set(u, num, trimQuote(words[j].b))
+				if num, glued := splitUnit(val); len(num) > 0 {
+					mag, _ := magnitude(glued)
+					p.setScaled(u, num, trimQuote(words[j].b), mag)
 					return j + 1
 				}
 			}
@@ -320,7 +323,11 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 		return j
 	}
 	num, glued := splitUnit(val)
-	if _, ok := parseNumber(num); !ok || (len(glued) > 0 && f != keyTime && !(len(glued) == 1 && glued[0] == '%')) {
+	mag, isMag := magnitude(glued)
+	if isMag {
+		glued = nil
+	}
+	if _, ok := parseNumber(num); !ok || len(glued) > 0 && !timeUnit(f, glued) && !(len(glued) == 1 && glued[0] == '%') {
 		return j // "Time=07:29:39" is a clock (137), "12.5k" no figure
 	}
 	if len(glued) == 0 && j < len(words) && !words[j].strong && isUnitWord(trimQuote(words[j].b)) {
@@ -330,7 +337,7 @@ func (p *progressLine) figure(qual, key, val []byte, words []pword, j int) int {
 	if len(unit) == 0 {
 		unit = glued
 	}
-	p.set(f, num, unit)
+	p.setScaled(f, num, unit, mag)
 	return j
 }
 
@@ -362,9 +369,10 @@ func (p *progressLine) value(words []pword, i int) int {
 	if _, ok := parseNumber(num); !ok {
 		return i + 1
 	}
-	if len(glued) == 0 && i+1 < len(words) && !words[i+1].strong {
+	mag, isMag := magnitude(glued)
+	if (len(glued) == 0 || isMag) && i+1 < len(words) && !words[i+1].strong {
 		if u := rateUnit(trimQuote(words[i+1].b)); u != keyNone {
-			p.set(u, num, trimQuote(words[i+1].b))
+			p.setScaled(u, num, trimQuote(words[i+1].b), mag)
 			return i + 2
 		}
 		return i + 1
@@ -440,7 +448,10 @@ func emptyKey(w []byte) bool {
 
 // set records a figure of field f, the number num in unit, the first of
 // each field winning.
-func (p *progressLine) set(f progressField, num, unit []byte) {
+func (p *progressLine) set(f progressField, num, unit []byte) { p.setScaled(f, num, unit, 0) }
+
+// setScaled is set of num × 10^mag (a magnitude letter glued to it).
+func (p *progressLine) setScaled(f progressField, num, unit []byte, mag int) {
 	tl := p.tl
 	if f == keyTimeRate { // a time per step: "sec/step", "ms/iter"
 		f, unit = keyTime, unit[:bytes.IndexByte(unit, '/')]
@@ -451,13 +462,13 @@ func (p *progressLine) set(f progressField, num, unit []byte) {
 			return
 		}
 		// Scaled in decimal: 561.94 ms is 0.56194 s to the last bit.
-		if v, ok := parseScaled(num, exp); ok && v >= 0 {
+		if v, ok := parseScaled(num, exp+mag); ok && v >= 0 {
 			tl.StepTime = v
 			p.figures++
 		}
 		return
 	}
-	v, ok := parseNumber(num)
+	v, ok := parseScaled(num, mag)
 	if !ok || (v < 0 && f != keyLoss && f != keyMFU) {
 		return
 	}
@@ -534,18 +545,18 @@ func progressKey(k []byte) progressField {
 	case "epoch", "ep":
 		return keyEpoch
 	case "time", "dt", "step_time", "steptime", "iter_time", "iteration_time", "batch_time", "btime",
-		"batch_cost", "elapsed", "elapsed_time", "time_per_step", "time_per_iter", "step_avg", "step_latency",
-		"time_ms", "step_time_ms", "iter_time_ms", "step_time_s":
+		"batch_cost", "elapsed", "elapsed_time", "time_per_step", "time_per_iter", "time_per_iteration",
+		"elapsed_time_per_iteration", "step_avg", "step_latency":
 		return keyTime
 	case "tokens_s", "tokens_sec", "tok_s", "tok_sec", "tps", "tgs", "wps", "tokens_per_s", "tokens_per_sec",
-		"tokens_per_second", "tokens_per_second_per_gpu", "tokens_gpu_sec", "tokens_s_gpu":
+		"tokens_per_second", "tokens_per_second_per_gpu", "tokens_per_sec_per_gpu", "tokens_gpu_sec", "tokens_s_gpu":
 		return keyTokens
 	case "samples_s", "samples_sec", "samples_per_s", "samples_per_sec", "samples_per_second", "samples_second",
 		"examples_sec", "examples_s":
 		return keySamples
 	case "it_s", "it_sec", "iter_s", "iters_s", "steps_s", "steps_sec", "batches_per_second", "batches_per_sec":
 		return keyItPerS
-	case "tflops", "tflop_s", "tflops_per_gpu", "tflops_gpu", "tflop_s_gpu":
+	case "tflops", "tflop_s", "tflops_per_gpu", "tflops_gpu", "tflop_s_gpu", "model_tflops_per_gpu":
 		return keyTFLOPs
 	case "mfu":
 		return keyMFU
@@ -554,6 +565,53 @@ func progressKey(k []byte) progressField {
 		return keyLoss
 	}
 	return keyNone
+}
+
+// keyUnit cuts a unit written as the last part of a step-time key
+// ("time_ms", "elapsed_time_per_iteration_ms") off k, when unit (one in
+// parentheses) is empty.
+func keyUnit(k, unit []byte) ([]byte, []byte) {
+	if len(unit) > 0 {
+		return k, unit
+	}
+	i := bytes.LastIndexByte(k, '_')
+	if i <= 0 {
+		return k, nil
+	}
+	switch string(k[i+1:]) {
+	case "ms", "s", "sec", "us":
+		if progressKey(k[:i]) == keyTime {
+			return k[:i], k[i+1:]
+		}
+	}
+	return k, nil
+}
+
+// timeUnit reports whether u, glued to a step time's number, is a unit of
+// time.
+func timeUnit(f progressField, u []byte) bool {
+	_, ok := secondsExp(u)
+	return f == keyTime && ok
+}
+
+// magnitude returns the power of ten of a magnitude letter glued to a
+// number: nanotron's human_format ("22.8K", "85.8G"; "B", billions, in
+// its later versions).
+func magnitude(u []byte) (int, bool) {
+	if len(u) != 1 {
+		return 0, false
+	}
+	switch u[0] {
+	case 'K':
+		return 3, true
+	case 'M':
+		return 6, true
+	case 'G', 'B':
+		return 9, true
+	case 'T':
+		return 12, true
+	}
+	return 0, false
 }
 
 // rateUnit classifies a unit written after a number that names its figure
@@ -803,8 +861,8 @@ func evaluationLine(b []byte) bool {
 	return false
 }
 
-// genericSet finds progressMarkers in a line (tokenSet.contains: the
-// first hit ends the search).
+// genericSet finds progressMarkers in a line; genericPairs is its pair
+// table.
 var genericSet = func() *tokenSet {
 	specs := make([]tokenSpec, len(progressMarkers))
 	for i, t := range progressMarkers {
@@ -812,3 +870,12 @@ var genericSet = func() *tokenSet {
 	}
 	return newTokenSet(specs...)
 }()
+
+var genericPairs = newPairTable(genericSet)
+
+// holdsProgressMarker reports whether b holds one of progressMarkers. It
+// runs on every line the named readers declined, mostly noise (long Python
+// warnings, DeepSpeed's lr lines) that holds none, so what it costs is the
+// scan of the whole line for the markers' anchor pairs: it looks them up
+// in a pair table (pairTable), not in the set's bit set.
+func holdsProgressMarker(b []byte) bool { return genericPairs.contains(genericSet, b) }

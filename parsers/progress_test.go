@@ -128,10 +128,30 @@ var progressCases = []struct {
 	{"JSON is the JSON reader's", `{"iter": 5, "loss": 2.0, "time": 1.0}`, nil},
 	{"a step and no figure", `step 5 of 100 done, lr 0.1, Loss scale 1024`, nil},
 	{"no finder token: not read", `step 5, loss 2.0, time 1.5s`, nil},
-	{"148 a key is no value", `01/17/2024 13:47:27 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: 992 / 1000 | consumed_tokens: 635K | elapsed_time_per_iteration_ms: 41.2 | tokens_per_sec: 15.5K | lm_loss: 10.6 | model_tflops_per_gpu: 0.0095`,
+	{"148 a key is no value; magnitudes, a unit in the key", `01/17/2024 13:47:27 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: 992 / 1000 | consumed_tokens: 635K | elapsed_time_per_iteration_ms: 41.2 | tokens_per_sec: 15.5K | lm_loss: 10.6 | model_tflops_per_gpu: 0.0095`,
 		func(l *pipeline.TelemetryLine) {
 			step(l, pipeline.FrameworkProgress, 992)
-			l.Loss = 10.6
+			l.Loss, l.StepTime, l.TokensPerS, l.TFLOPs = 10.6, 0.0412, 15500, 0.0095
+		}},
+	{"147 reordered: magnitudes; the job's tokens/s first; hardware TFLOP/s qualified", `10/17/2025 16:31:56 [INFO|DP=0|PP=0|TP=0]: iteration: 327281 / 378950 | consumed_tokens: 85.8G | elapsed_time_per_iteration_ms: 11.5K | tokens_per_sec: 22.8K | tokens_per_sec_per_gpu: 11.4K | global_batch_size: 64 | lm_loss: 2.38 | lr: 1e-05 | hardware_tflops_per_gpu: 40.1 | model_tflops_per_gpu: 38.3 | grad_norm: 1.25`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 327281)
+			l.Loss, l.StepTime, l.TokensPerS, l.TFLOPs = 2.38, 11.5, 22800, 38.3
+		}},
+	{"magnitudes B, T, K; per-GPU tokens alone; lower case no magnitude", `iteration: 7 / 9 | tokens_per_sec_per_gpu: 1.2B | samples_per_sec: 0.003T | model_tflops_per_gpu: 0.5K | time_per_iteration_s: 2k`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 7)
+			l.TokensPerS, l.SamplesPerS, l.TFLOPs = 1.2e9, 3e9, 500
+		}},
+	{"time_ms carries its unit", `step 3 | time_ms: 40 | loss: 1.5`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 3)
+			l.StepTime, l.Loss = 0.04, 1.5
+		}},
+	{"a unit in the key after a step-time key only", `step 3 | data_time_ms: 40 | elapsed_time_per_iteration_sec: 1.5`,
+		func(l *pipeline.TelemetryLine) {
+			step(l, pipeline.FrameworkProgress, 3)
+			l.StepTime = 1.5
 		}},
 	{"151 bracketed fraction after Iter(train)", `2024/05/07 12:12:48 - mmengine - INFO - Iter(train) [1020/2046]  lr: 1.0546e-04  eta: 0:56:17  time: 2.8955  data_time: 0.0172  memory: 15266  loss: 0.8473  grad_norm: 0.0009`,
 		func(l *pipeline.TelemetryLine) {

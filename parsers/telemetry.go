@@ -354,15 +354,15 @@ func (t *Telemetry) parseProgress(b []byte, tl *pipeline.TelemetryLine, m uint64
 		}
 	}
 	// The generic reader last, and its markers searched only here: on
-	// the lines every named reader declined (genericSet).
-	return genericSet.contains(b) && parseGenericProgress(b, tl)
+	// the lines every named reader declined (holdsProgressMarker).
+	return holdsProgressMarker(b) && parseGenericProgress(b, tl)
 }
 
 // lineSet finds the markers of a telemetry line's named parsers in one
 // pass: bit markCheckpointLower… of its mask for the checkpoint markers,
 // bit markNCCLInfo for tokNCCLInfo and bit markProgress+i for
 // progressParsers[i].marker. The generic reader's markers are not among
-// them (genericSet).
+// them (holdsProgressMarker).
 var lineSet = newTokenSet2(lineSpecs()...)
 
 const (

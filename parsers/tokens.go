@@ -319,3 +319,65 @@ func (s *tokenSet) match(b []byte, i int, p uint16, from int) int {
 	}
 	return best
 }
+
+// pairTable is a tokenSet's anchor pairs as a table of bytes indexed by
+// the pair (b[i] | b[i+1]<<8), for a set searched through long stretches
+// that hold no token: testing a position costs two loads (the pair, its
+// entry) and an OR, where the set's bit set costs shifts to find the
+// word and the bit. It takes 64 KiB; text that is mostly ASCII touches
+// about a fifth of it.
+type pairTable [1 << 16]uint8
+
+// newPairTable returns the anchor pairs of s, a set of newTokenSet (one
+// that tests every position).
+func newPairTable(s *tokenSet) *pairTable {
+	if s.two {
+		panic("parsers: a pair table is for a set that tests every position")
+	}
+	t := new(pairTable)
+	for _, tk := range s.toks {
+		t[tk.pair] = 1
+	}
+	return t
+}
+
+// contains is s.contains(b), t being s's pair table.
+func (t *pairTable) contains(s *tokenSet, b []byte) bool {
+	for i := 0; ; i++ {
+		if i = t.next(b, i); i < 0 {
+			return false
+		}
+		if s.match(b, i, binary.LittleEndian.Uint16(b[i:]), 0) >= 0 {
+			return true
+		}
+	}
+}
+
+// next returns the first position at or after i where an anchor pair
+// starts, or -1. Eight positions are tested a step, branch-free; the last
+// step is the text's last nine bytes (it may test positions again); the
+// positions of a step that holds an anchor are tested one by one.
+func (t *pairTable) next(b []byte, i int) int {
+	r := b[i:]
+	for ; len(r) >= 9; r = r[8:] {
+		if t.any((*[9]byte)(r)) {
+			break
+		}
+	}
+	if len(r) < 9 && len(b) >= 9 && !t.any((*[9]byte)(b[len(b)-9:])) {
+		return -1
+	}
+	for i = len(b) - len(r); i+1 < len(b); i++ {
+		if t[binary.LittleEndian.Uint16(b[i:])] != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// any reports whether an anchor pair starts in a[:8].
+func (t *pairTable) any(a *[9]byte) bool {
+	le := binary.LittleEndian
+	return t[le.Uint16(a[0:])]|t[le.Uint16(a[1:])]|t[le.Uint16(a[2:])]|t[le.Uint16(a[3:])]|
+		t[le.Uint16(a[4:])]|t[le.Uint16(a[5:])]|t[le.Uint16(a[6:])]|t[le.Uint16(a[7:])] != 0
+}

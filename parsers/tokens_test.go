@@ -110,6 +110,35 @@ func TestTokenSetsAgree(t *testing.T) {
 	}
 }
 
+// testPairTables are the pair tables of the sets checkTokenSets checks.
+var testPairTables = map[*tokenSet]*pairTable{ncclSet: newPairTable(ncclSet), allSet: newPairTable(allSet)}
+
+// TestPairTableEdges: a pair table's scan, eight positions a step and the
+// last nine bytes at once, finds each token of allSet at every offset of
+// texts of every length up to three steps, alone and after a token that
+// holds its anchor pair but fails its check.
+func TestPairTableEdges(t *testing.T) {
+	pt := testPairTables[allSet]
+	for _, tk := range allSet.toks {
+		for n := len(tk.tok); n <= 27; n++ {
+			for at := 0; at+len(tk.tok) <= n; at++ {
+				b := bytes.Repeat([]byte{'~'}, n)
+				copy(b[at:], tk.tok)
+				// A token with a check may need more around it ("Pid ").
+				if got := pt.contains(allSet, b); got != allSet.contains(b) || !got && tk.check == nil {
+					t.Errorf("%q: pairTable.contains %v, tokenSet.contains %v", b, got, allSet.contains(b))
+				}
+				// Only the anchor pair: the scan finds it, match rejects it.
+				c := bytes.Repeat([]byte{'~'}, n)
+				copy(c[at+tk.off:], tk.tok[tk.off:tk.off+2])
+				if got, want := pt.contains(allSet, c), allSet.contains(c); got != want {
+					t.Errorf("%q: pairTable.contains %v; tokenSet.contains %v", c, got, want)
+				}
+			}
+		}
+	}
+}
+
 // checkTokenSets compares the sets with the searches per token; index is
 // checked from every position (every) or, as the block finder calls it,
 // from 0 and from one past each hit.
@@ -140,6 +169,11 @@ func checkTokenSets(t *testing.T, b []byte, every bool) {
 		}
 		if got, want := m>>len(finderTokens), lineSet.mask(body); got != want {
 			t.Errorf("lineMarkSet markers of %q = %b; want lineSet.mask(%q) = %b", b, got, body, want)
+		}
+	}
+	for _, set := range []*tokenSet{ncclSet, allSet} {
+		if got, want := testPairTables[set].contains(set, b), set.contains(b); got != want {
+			t.Errorf("pairTable.contains(%q) = %v; tokenSet.contains %v", b, got, want)
 		}
 	}
 	var f Finder
