@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/ncclwatch/ncclwatch/pipeline"
 )
 
@@ -19,8 +21,18 @@ import (
 // query without bounds returns, row for row: the events stored since,
 // one per coordinate, the replay's latest copy.
 func TestClickHouseLoadEventsBounded(t *testing.T) {
-	c := migrated(t)
-	ctx, db := t.Context(), c.cfg.Database
+	checkLoadEventsBounded(t, migrated(t))
+}
+
+// checkLoadEventsBounded is TestClickHouseLoadEventsBounded on c, a
+// server or a cluster (TestClusterLoadEventsBounded), whose jobs land on
+// different shards.
+func checkLoadEventsBounded(t *testing.T, c *ClickHouse) {
+	t.Helper()
+	db := c.cfg.Database
+	// Through a Distributed table, the insert returns once the shards hold
+	// the rows (as the sink's inserts do).
+	ctx := clickhouse.Context(t.Context(), clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
 	now := time.Now().UTC().Truncate(time.Second)
 	old, older, oldest := now.Add(-2*time.Hour), now.Add(-40*24*time.Hour), now.Add(-400*24*time.Hour)
 	type row struct {
@@ -129,7 +141,7 @@ func TestClickHouseLoadEventsBounded(t *testing.T) {
 	}
 }
 
-// eventRow is a row as TestClickHouseLoadEventsBounded stores it.
+// eventRow is a row as checkLoadEventsBounded stores it.
 func eventRow(topic string, p int32, off int64, at time.Time, job, txt string) pipeline.EventRow {
 	return pipeline.EventRow{
 		Source: pipeline.Source{Topic: topic, Partition: p, Offset: off}, Time: at,
