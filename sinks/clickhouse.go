@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -320,12 +322,16 @@ func (c *ClickHouse) LoadEvents(ctx context.Context, topic string, partitions []
 	}
 	since = clampTime(since).UTC()
 	sinceSQL := "toDateTime('" + since.Format("2006-01-02 15:04:05") + "', 'UTC')"
+	bounds, err := c.eventBounds(ctx, topic, parts, sinceSQL)
+	if err != nil || bounds == "" {
+		return err
+	}
 	// FINAL folds replays within a partition of the table; LIMIT 1 BY
 	// also folds copies that landed in different months (an event whose
 	// time is the ingest time, replayed across a month boundary).
 	q := "SELECT topic, `partition`, `offset`, line, time, job, namespace, cluster, pod, container, node, host, pid, " +
 		"dev, rank, kind, warn, text FROM " + c.cfg.Database + ".nccl_events FINAL " +
-		"WHERE topic = ? AND `partition` IN (" + strings.Join(parts, ", ") + ") AND inserted_at >= " + sinceSQL +
+		"WHERE topic = ? AND " + bounds + " AND inserted_at >= " + sinceSQL +
 		" ORDER BY `partition`, `offset`, line LIMIT 1 BY `partition`, `offset`, line"
 	rows, err := c.conn.Query(ctx, q, topic)
 	if err != nil {
@@ -354,4 +360,58 @@ func (c *ClickHouse) LoadEvents(ctx context.Context, topic string, partitions []
 		return fmt.Errorf("clickhouse load events: %w", err)
 	}
 	return nil
+}
+
+// eventBounds returns the condition that bounds LoadEvents' query to the
+// table partitions and the ranges of the sorting key that hold the events
+// stored at or after since, or "" when no partition has one: the months
+// (the table is partitioned by toYYYYMM(time)) of those events, and for
+// each Kafka partition, its lowest offset among them. Nothing indexes
+// inserted_at, and a FINAL query reads every column of every row of the
+// partitions before its WHERE (the server moves no condition to PREWHERE
+// under FINAL): the finished jobs' events, almost all of a partition,
+// would be read in full on every assignment. This query has no FINAL, so
+// the server reads inserted_at first and the other columns only of the
+// rows that pass. Kafka offsets grow with time, so the offset bound skips
+// the granules of older events in the months read. The bounds drop no
+// event that the FINAL query returns (each passes this query's filter),
+// and FINAL still sees every copy of a coordinate in the months read: the
+// copies have the same sorting key, and the months are whole table
+// partitions.
+func (c *ClickHouse) eventBounds(ctx context.Context, topic string, parts []string, sinceSQL string) (string, error) {
+	q := "SELECT `partition`, min(`offset`), groupUniqArray(toYYYYMM(time)) FROM " + c.cfg.Database + ".nccl_events " +
+		"WHERE topic = ? AND `partition` IN (" + strings.Join(parts, ", ") + ") AND inserted_at >= " + sinceSQL +
+		" GROUP BY `partition` ORDER BY `partition`"
+	rows, err := c.conn.Query(ctx, q, topic)
+	if err != nil {
+		return "", fmt.Errorf("clickhouse load events: %w", err)
+	}
+	defer rows.Close()
+	var ranges []string
+	months := map[uint32]bool{}
+	for rows.Next() {
+		var (
+			p   int32
+			off int64
+			ms  []uint32
+		)
+		if err := rows.Scan(&p, &off, &ms); err != nil {
+			return "", fmt.Errorf("clickhouse load events: %w", err)
+		}
+		ranges = append(ranges, fmt.Sprintf("`partition` = %d AND `offset` >= %d", p, off))
+		for _, m := range ms {
+			months[m] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("clickhouse load events: %w", err)
+	}
+	if len(ranges) == 0 {
+		return "", nil
+	}
+	in := make([]string, 0, len(months))
+	for _, m := range slices.Sorted(maps.Keys(months)) {
+		in = append(in, strconv.FormatUint(uint64(m), 10))
+	}
+	return "(" + strings.Join(ranges, " OR ") + ") AND toYYYYMM(time) IN (" + strings.Join(in, ", ") + ")", nil
 }

@@ -9,13 +9,11 @@ import (
 	"time"
 )
 
-// TestClusterCookbook seeds the fleet through the sink into a schema
-// migrated with a cluster (Replicated tables per shard, Distributed tables
-// over them; deploy/local/clickhouse-cluster.sh, make test-cluster), twice,
-// and runs every cookbook query and Grafana panel through the Distributed
-// tables: the rows must be the ones one server returns (cookbook(),
-// grafanaWant()), nothing twice.
-func TestClusterCookbook(t *testing.T) {
+// migratedCluster connects to the test cluster (make test-cluster) with
+// a database of its own, migrated with the cluster and dropped on it when
+// the test ends; it skips the test when there is no cluster.
+func migratedCluster(t *testing.T) *ClickHouse {
+	t.Helper()
 	addrs := strings.Split(os.Getenv("NCCLWATCH_TEST_CLICKHOUSE_CLUSTER"), ",")
 	if addrs[0] == "" {
 		t.Skip("NCCLWATCH_TEST_CLICKHOUSE_CLUSTER not set: the cluster tests run in make test-cluster")
@@ -42,6 +40,18 @@ func TestClusterCookbook(t *testing.T) {
 	if _, err := c.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate() on cluster %s = %v", name, err)
 	}
+	return c
+}
+
+// TestClusterCookbook seeds the fleet through the sink into a schema
+// migrated with a cluster (Replicated tables per shard, Distributed tables
+// over them; deploy/local/clickhouse-cluster.sh, make test-cluster), twice,
+// and runs every cookbook query and Grafana panel through the Distributed
+// tables: the rows must be the ones one server returns (cookbook(),
+// grafanaWant()), nothing twice.
+func TestClusterCookbook(t *testing.T) {
+	c := migratedCluster(t)
+	cfg := c.cfg
 	f := newFleet()
 	b := f.batch()
 	for i := 0; i < 2; i++ {
@@ -89,4 +99,11 @@ func TestClusterCookbook(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClusterLoadEventsBounded runs the bounded rebuild read
+// (checkLoadEventsBounded) through the Distributed nccl_events of a
+// cluster: the bounds are aggregated over the shards.
+func TestClusterLoadEventsBounded(t *testing.T) {
+	checkLoadEventsBounded(t, migratedCluster(t))
 }
