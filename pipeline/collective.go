@@ -273,7 +273,7 @@ func (o *openColl) emit() CollectivePerf {
 func (pf *partFold) emitColls(out *Batch) {
 	for _, o := range pf.touched {
 		if out != nil {
-			out.Collectives = appendRow(out.Collectives, o.emit())
+			out.Collectives = appendRow(out.Collectives, o.emit(), out.rowLimit)
 		}
 		o.dirty = false
 	}
@@ -288,7 +288,7 @@ func (pf *partFold) emitColls(out *Batch) {
 func (a *TelemetryAssembler) EmitCollectives(out *Batch) {
 	if rows := a.retired.Collectives; len(rows) > 0 {
 		for i := range rows {
-			out.Collectives = appendRow(out.Collectives, rows[i])
+			out.Collectives = appendRow(out.Collectives, rows[i], out.rowLimit)
 		}
 		clear(rows)
 		a.retired.Collectives = rows[:0]

@@ -275,7 +275,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 				return
 			}
 			o.idx = len(out.Steps)
-			out.Steps = appendRow(out.Steps, o.row)
+			out.Steps = appendRow(out.Steps, o.row, out.rowLimit)
 			out.Bytes += 160 + len(o.row.Job) + len(o.row.Pod)
 			return
 		}
@@ -294,7 +294,7 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 		}
 	}
 	j.stepRow(r, m, tl, step, t, src) // rows carry their own line's pod and node
-	out.Steps = appendRow(out.Steps, *r)
+	out.Steps = appendRow(out.Steps, *r, out.rowLimit)
 	out.Bytes += 160 + len(r.Job) + len(r.Pod)
 }
 
