@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"time"
+	"unsafe"
 )
 
 // EventRow is one classified NCCL line as stored in the nccl_events table:
@@ -77,7 +78,10 @@ type Batch struct {
 	// batches as it grows, its latest copy last.
 	Collectives []CollectivePerf
 	Offsets     []Offset
-	Bytes       int // approximate size, for batching by bytes
+	// Bytes is the memory the batch's rows hold, for batching by bytes:
+	// each row's struct and what it alone points to (a line's text, not
+	// the strings it shares with its record's metadata or its series).
+	Bytes int
 	// rowLimit is the rows limit in force while the batch fills (the
 	// runner's BatchConfig.limits; 0 for none): appendRow grows a slice
 	// of rows no further at once.
@@ -227,6 +231,16 @@ func IsPermanent(err error) bool {
 	}
 	return false
 }
+
+// The memory of one row in a batch (Batch.Bytes), beside what it alone
+// points to.
+const (
+	eventRowBytes = int(unsafe.Sizeof(EventRow{}))
+	stepRowBytes  = int(unsafe.Sizeof(TrainingStep{}))
+	// A collective_perf row carries two sparse histograms: a few dozen
+	// buckets each.
+	collRowBytes = int(unsafe.Sizeof(CollectivePerf{})) + 2*32*5
+)
 
 // appendRow appends v to rows, doubling a full slice's capacity up to
 // limit rows (Batch.rowLimit; no ceiling when 0): append grows a large

@@ -225,7 +225,7 @@ func (a *TelemetryAssembler) foldCollective(job string, m *rowMeta, c *Collectiv
 		o.dirty = true
 		pf.touched = append(pf.touched, o)
 		if out != nil {
-			out.Bytes += 240 + len(o.row.Job) + len(o.row.Pod) + len(o.row.CommID)
+			out.Bytes += collRowBytes + len(o.row.Host)
 		}
 	}
 }

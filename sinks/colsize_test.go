@@ -144,9 +144,10 @@ func TestClickHouseSizedColumns(t *testing.T) {
 			off++
 			b.Events = append(b.Events, pipeline.EventRow{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
 				Pod: job + "-0", Container: "trainer", Node: "n1", Host: "n1", PID: "42", Kind: "info", Line: line})
-			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
-				Pod: job + "-0", Node: "n1", Pool: "h100", Model: "m", Framework: "megatron", Kind: "step", Step: int64(i),
-				Ranks: 1, Network: "IB", NetworkClass: "rdma"})
+			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0,
+				StepSeries: &pipeline.StepSeries{Job: job, Namespace: "ml", Cluster: "c1", Pod: job + "-0", Node: "n1",
+					Pool: "h100", Model: "m", Framework: "megatron", Kind: "step", Network: "IB", NetworkClass: "rdma"},
+				Step: int64(i), Ranks: 1})
 			want = append(want, job+"|"+line)
 		}
 		// The blocks an insert of b gets: each plain String column made
@@ -254,9 +255,12 @@ func BenchmarkStrSizesHint(b *testing.B) {
 	batch := &pipeline.Batch{}
 	for i := range 30000 {
 		job := fmt.Sprintf("load-j%04d", i%64)
-		batch.Steps = append(batch.Steps, pipeline.TrainingStep{Source: pipeline.Source{Topic: "ncclwatch-load", Offset: int64(i)},
-			Job: job, Namespace: "ml-research", Cluster: "c1", Pod: fmt.Sprintf("%s-worker-%d", job, i%8), Node: fmt.Sprintf("gpu-node-%d", i%8),
-			Pool: "h100", Model: "llama-7b", Framework: "megatron", Kind: "step", Step: int64(i), Ranks: 16, Network: "IB", NetworkClass: "rdma"})
+		batch.Steps = append(batch.Steps, pipeline.TrainingStep{
+			Source: pipeline.Source{Topic: "ncclwatch-load", Offset: int64(i)},
+			StepSeries: &pipeline.StepSeries{Job: job, Namespace: "ml-research", Cluster: "c1",
+				Pod: fmt.Sprintf("%s-worker-%d", job, i%8), Node: fmt.Sprintf("gpu-node-%d", i%8), Pool: "h100",
+				Model: "llama-7b", Framework: "megatron", Kind: "step", Network: "IB", NetworkClass: "rdma"},
+			Step: int64(i), Ranks: 16})
 	}
 	cfg := DefaultClickHouseConfig()
 	var s strSizes
@@ -276,9 +280,10 @@ func TestFillBlocks(t *testing.T) {
 	b := &pipeline.Batch{}
 	for i := range 10 {
 		src := pipeline.Source{Topic: "t", Partition: 1, Offset: int64(100 + i)}
-		b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: fmt.Sprintf("job-%d", i%3),
-			Namespace: strings.Repeat("n", i), Cluster: "c", Pod: "p", Framework: "megatron", Kind: "step",
-			Step: int64(i), Ranks: 1 + i%2, StepTime: float64(i) / 4})
+		b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0,
+			StepSeries: &pipeline.StepSeries{Job: fmt.Sprintf("job-%d", i%3), Namespace: strings.Repeat("n", i),
+				Cluster: "c", Pod: "p", Framework: "megatron", Kind: "step"}, Step: int64(i), Ranks: 1 + i%2,
+			StepTime: float64(i) / 4})
 	}
 	tb := &stepRowsTable
 	whole := &recordingBatch{ncols: len(tb.columns)}
