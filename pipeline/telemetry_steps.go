@@ -414,6 +414,13 @@ func (s *sampler) add(v float64) {
 		s.stride *= 2
 		s.skip = s.stride - 1
 	}
+	if len(s.vals) == cap(s.vals) {
+		// Doubling up to the limit: append would grow the last step
+		// past it, room a job's series hold for good.
+		grown := make([]float64, len(s.vals), min(max(2*len(s.vals), 16), s.limit))
+		copy(grown, s.vals)
+		s.vals = grown
+	}
 	s.vals = append(s.vals, v)
 }
 
