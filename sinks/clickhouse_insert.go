@@ -136,7 +136,7 @@ func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch
 // the batch's size. The server joins an insert's blocks into parts of up
 // to min_insert_block_size_rows (about a million rows), so the parts are
 // those of one block.
-const insertBlockRows = 16384
+const insertBlockRows = 8192
 
 // blockRows is the block size of an insert (table.fill). Through a
 // Distributed table written synchronously (Cluster) the server does not
