@@ -2,8 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"slices"
 	"time"
+	"unsafe"
 )
 
 // EventRow is one classified NCCL line as stored in the nccl_events table:
@@ -78,7 +78,14 @@ type Batch struct {
 	// batches as it grows, its latest copy last.
 	Collectives []CollectivePerf
 	Offsets     []Offset
-	Bytes       int // approximate size, for batching by bytes
+	// Bytes is the memory the batch's rows hold, for batching by bytes:
+	// each row's struct and what it alone points to (a line's text, not
+	// the strings it shares with its record's metadata or its series).
+	Bytes int
+	// rowLimit is the rows limit in force while the batch fills (the
+	// runner's BatchConfig.limits; 0 for none): appendRow grows a slice
+	// of rows no further at once.
+	rowLimit int
 
 	// Observations for the rules stage, not rows (see RunnerDeps.Observe):
 	// the nodes of each job in Jobs, the telemetry of jobs whose lines
@@ -225,15 +232,38 @@ func IsPermanent(err error) bool {
 	return false
 }
 
-// appendRow appends v to rows, doubling a full slice's capacity: append
-// grows a large slice by a quarter at a time, so a batch's rows
-// (Batch.Steps: ~320 bytes each, up to pipeline.batch.backlog.max_rows)
-// were copied ~5 times over into fresh memory as it filled (a visible
-// cost in the load benchmark's profile); doubled, at most once. Batches are
-// reused, so this is the growth of the first ones only.
-func appendRow[T any](rows []T, v T) []T {
-	if len(rows) == cap(rows) {
-		rows = slices.Grow(rows, max(len(rows), 64))
+// The memory of one row in a batch (Batch.Bytes), beside what it alone
+// points to.
+const (
+	eventRowBytes = int(unsafe.Sizeof(EventRow{}))
+	stepRowBytes  = int(unsafe.Sizeof(TrainingStep{}))
+	// A collective_perf row carries two sparse histograms: a few dozen
+	// buckets each.
+	collRowBytes = int(unsafe.Sizeof(CollectivePerf{})) + 2*32*5
+)
+
+// appendRow appends v to rows, doubling a full slice's capacity up to
+// limit rows (Batch.rowLimit; no ceiling when 0): append grows a large
+// slice by a quarter at a time, so a batch's rows (Batch.Steps, up to
+// pipeline.batch.backlog.max_rows) were copied ~5 times over into fresh
+// memory as it filled (a visible cost in the load benchmark's profile);
+// doubled, at most once. The ceiling keeps a doubling from making room
+// for twice the rows the batch may hold: batches are reused, so that
+// room would be held for good, in the open batch and the one being
+// stored. Past the ceiling (a batch that goes over its limit before it
+// is flushed) a slice grows by a quarter.
+func appendRow[T any](rows []T, v T, limit int) []T {
+	if n := len(rows); n == cap(rows) {
+		more := max(n, 64)
+		switch {
+		case n >= limit && limit > 0:
+			more = max(n/4, 64)
+		case limit > 0:
+			more = min(more, limit-n)
+		}
+		grown := make([]T, n, n+more)
+		copy(grown, rows)
+		rows = grown
 	}
 	return append(rows, v)
 }

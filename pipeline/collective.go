@@ -225,7 +225,7 @@ func (a *TelemetryAssembler) foldCollective(job string, m *rowMeta, c *Collectiv
 		o.dirty = true
 		pf.touched = append(pf.touched, o)
 		if out != nil {
-			out.Bytes += 240 + len(o.row.Job) + len(o.row.Pod) + len(o.row.CommID)
+			out.Bytes += collRowBytes + len(o.row.Host)
 		}
 	}
 }
@@ -273,7 +273,7 @@ func (o *openColl) emit() CollectivePerf {
 func (pf *partFold) emitColls(out *Batch) {
 	for _, o := range pf.touched {
 		if out != nil {
-			out.Collectives = appendRow(out.Collectives, o.emit())
+			out.Collectives = appendRow(out.Collectives, o.emit(), out.rowLimit)
 		}
 		o.dirty = false
 	}
@@ -288,7 +288,7 @@ func (pf *partFold) emitColls(out *Batch) {
 func (a *TelemetryAssembler) EmitCollectives(out *Batch) {
 	if rows := a.retired.Collectives; len(rows) > 0 {
 		for i := range rows {
-			out.Collectives = appendRow(out.Collectives, rows[i])
+			out.Collectives = appendRow(out.Collectives, rows[i], out.rowLimit)
 		}
 		clear(rows)
 		a.retired.Collectives = rows[:0]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // TestParsedKeepsEveryEventField checks that Parsed.keepEvent copies every
@@ -95,7 +96,7 @@ func TestAppendRowDoubles(t *testing.T) {
 	grows := 0
 	for i := range 120000 {
 		c := cap(rows)
-		rows = appendRow(rows, TrainingStep{Step: int64(i)})
+		rows = appendRow(rows, TrainingStep{Step: int64(i)}, 0)
 		if cap(rows) != c {
 			grows++
 		}
@@ -105,6 +106,35 @@ func TestAppendRowDoubles(t *testing.T) {
 	}
 	if grows > 12 {
 		t.Errorf("appendRow grew the slice %d times for 120 000 rows; want at most 12 (doubling)", grows)
+	}
+}
+
+// TestAppendRowLimit: with a rows limit a slice doubles up to the limit,
+// not past it (a batch's slices are reused: room beyond the limit would
+// be held for good), and grows by a quarter once a batch goes over it.
+func TestAppendRowLimit(t *testing.T) {
+	const limit = 50000
+	var rows []TrainingStep
+	grows := 0
+	for i := range limit {
+		c := cap(rows)
+		rows = appendRow(rows, TrainingStep{Step: int64(i)}, limit)
+		if cap(rows) != c {
+			grows++
+		}
+	}
+	// slices.Grow rounds a large allocation up to whole pages.
+	if c := cap(rows); c < limit || c*int(unsafe.Sizeof(TrainingStep{})) > limit*int(unsafe.Sizeof(TrainingStep{}))+8192 {
+		t.Errorf("capacity %d for %d rows under a limit of %d; want the limit (up to a page more)", c, len(rows), limit)
+	}
+	if grows > 12 {
+		t.Errorf("appendRow grew the slice %d times for %d rows; want at most 12 (doubling)", grows, limit)
+	}
+	for i := cap(rows) - len(rows); i >= 0; i-- {
+		rows = appendRow(rows, TrainingStep{}, limit)
+	}
+	if c := cap(rows); c < limit+limit/4 || c > limit+limit/4+limit/16 {
+		t.Errorf("capacity %d past the limit of %d; want about a quarter more", c, limit)
 	}
 }
 

@@ -49,11 +49,12 @@ func (c BatchConfig) limits(behind bool) (rows, bytes int, wait time.Duration) {
 type BacklogLimits struct {
 	// MaxRows 120 000: the server's CPU per insert is mostly creating a
 	// part's files, so while behind ncclwatch writes fewer, larger parts
-	// (docs/performance.md, "Backlog batches"). Two batches of it are
-	// most of the live heap (docs/configuration.md, "Memory").
+	// (docs/performance.md, "Backlog batches").
 	MaxRows int `yaml:"max_rows"`
-	// MaxBytes 32 MiB: twice the live cap, with MaxRows the memory of a
-	// batch being read while the one before it is stored.
+	// MaxBytes 32 MiB: twice the live cap. It bounds the memory of a
+	// batch's rows (Batch.Bytes): two batches of it, one filling while
+	// the one before it is stored, are the batch part of the memory bound
+	// (docs/configuration.md, "Memory").
 	MaxBytes int `yaml:"max_bytes"`
 	// MaxWait 3 s: a backlog fills a batch long before; it only matters
 	// for a slow one.

@@ -264,9 +264,12 @@ func (r *Runner) admitted(ctx context.Context) error {
 }
 
 // full reports whether the open batch is due for a size flush.
+// It also gives the open batch the rows limit in force (Batch.rowLimit).
 func (r *Runner) full() bool {
 	rows, bytes, _ := r.cfg.Batch.limits(r.commits.backlog())
-	return r.stage.batch.Len() >= rows || r.stage.batch.Bytes >= bytes
+	b := &r.stage.batch
+	b.rowLimit = rows
+	return b.Len() >= rows || b.Bytes >= bytes
 }
 
 // maxWait is the flush interval in force (BatchConfig.Backlog).

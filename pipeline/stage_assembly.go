@@ -238,8 +238,8 @@ func (a *Assembly) tap(job string, rec *Record, ev *Event) {
 	row := EventRow{Source: rec.Source, Time: rec.Time, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
 		Pod: m.Pod, Container: m.Container, Node: m.Node, Host: string(ev.Host), PID: string(ev.PID), Dev: ev.Dev,
 		Rank: rank, Kind: ev.Kind.String(), Warn: ev.IsWarn(), Line: string(rec.Text)}
-	a.batch.Events = appendRow(a.batch.Events, row)
-	a.batch.Bytes += len(row.Line) + len(row.Job) + len(row.Pod) + 64
+	a.batch.Events = appendRow(a.batch.Events, row, a.batch.rowLimit)
+	a.batch.Bytes += eventRowBytes + len(row.Line) + len(row.Host) + len(row.PID)
 	a.dirty[job] = true
 	a.touched[job] = a.now
 }

@@ -230,8 +230,35 @@ var (
 // JSON), as stored in the training_steps table. Float fields are NaN where
 // the line does not give them (stored as NULL).
 type TrainingStep struct {
-	Source    Source
-	Time      time.Time
+	Source Source
+	Time   time.Time
+	// StepSeries holds the row's strings (Job, Namespace, …) and their
+	// key, shared by the rows of its series: a row carries a pointer, not
+	// eleven strings. Rows made by the pipeline always have one; it is
+	// never changed once a row points to it.
+	*StepSeries
+	Rank int   // launcher rank of the row's first line, -1 when absent
+	Step int64 // -1 when the line gives none (an amend row carries its step's number)
+	// Ranks is the number of lines the row stands for: every rank of a
+	// job may print the same step, and the lines of one step and kind of
+	// a series that fall into one fold window of a partition
+	// (TelemetryAssemblerConfig.FoldRecords offsets) are stored as one
+	// row (the first line's coordinates, pod, rank and figures) with
+	// their count, so that storage grows with steps, not with ranks. The
+	// same row is written again as its count grows. 0 reads as 1.
+	Ranks       int
+	StepTime    float64 // seconds
+	TokensPerS  float64
+	SamplesPerS float64
+	ItPerS      float64
+	TFLOPs      float64
+	MFU         float64 // percent
+	Loss        float64
+}
+
+// StepSeries is what every row of a training series has in common: who
+// printed it and in which phase of the job (SeriesKey).
+type StepSeries struct {
 	Job       string
 	Namespace string
 	Cluster   string
@@ -241,31 +268,14 @@ type TrainingStep struct {
 	Model     string // model label
 	Framework string
 	Kind      string // "step", "amend" (figures for Step, printed on a later line) or "summary"
-	Rank      int    // launcher rank of the row's first line, -1 when absent
-	Step      int64  // -1 when the line gives none (an amend row carries its step's number)
-	// Ranks is the number of lines the row stands for: every rank of a
-	// job may print the same step, and the lines of one step and kind of
-	// a series that fall into one fold window of a partition
-	// (TelemetryAssemblerConfig.FoldRecords offsets) are stored as one
-	// row (the first line's coordinates, pod, rank and figures) with
-	// their count, so that storage grows with steps, not with ranks. The
-	// same row is written again as its count grows. 0 reads as 1.
-	Ranks int
 	// Network is the NCCL network the job used when the line was seen
 	// (the latest "Using network" of the job), "" before any.
 	Network      string
 	NetworkClass string
-	// Series is the key of the row's series (SeriesKey): storage keeps
-	// the row's figures under it, and the strings above once per key.
-	// JSON lines keep the strings and leave it out.
-	Series      uint64  `json:"-"`
-	StepTime    float64 // seconds
-	TokensPerS  float64
-	SamplesPerS float64
-	ItPerS      float64
-	TFLOPs      float64
-	MFU         float64 // percent
-	Loss        float64
+	// Series is the key of the strings above (SeriesKey): storage keeps
+	// a row's figures under it, and the strings once per key. JSON lines
+	// keep the strings and leave it out.
+	Series uint64 `json:"-"`
 }
 
 // NCCLTestRun is one nccl-tests result of a job, as stored in the

@@ -162,9 +162,9 @@ type telJob struct {
 	ncclHostSet map[string]struct{}
 	ncclRanks   int
 	network     string
-	ckpts       []*ckptSeries  // checkpoint series, pipeline/checkpoint.go
-	colls       []*collStat    // Inspector records' summaries, pipeline/collective.go
-	keys        seriesKeyCache // series keys of its training_steps rows
+	ckpts       []*ckptSeries // checkpoint series, pipeline/checkpoint.go
+	colls       []*collStat   // Inspector records' summaries, pipeline/collective.go
+	rowSeries   seriesCache   // series of its training_steps rows (StepSeries)
 	// netClass is NetworkClass(netClassOf), kept for the rows of the
 	// job's network (networkClass).
 	netClass, netClassOf string

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"time"
 )
 
 // FoldSnapshot is a partition's open fold window as it stood when its
@@ -100,7 +101,42 @@ type sealedRow struct {
 	Job, Framework string // the fold key: job key and framework
 	Kind           TelemetryKind
 	Step           int64
-	Row            TrainingStep
+	Row            sealedStep
+}
+
+// sealedStep is an open row as a snapshot holds it: a TrainingStep with
+// its series' strings in the row, the layout snapshots had before rows
+// shared their series (gob matches fields by name), so that snapshots of
+// either layout read back in both.
+type sealedStep struct {
+	Source                                                           Source
+	Time                                                             time.Time
+	Job, Namespace, Cluster, Pod, Node, Pool, Model, Framework, Kind string
+	Rank                                                             int
+	Step                                                             int64
+	Ranks                                                            int
+	Network, NetworkClass                                            string
+	Series                                                           uint64
+	StepTime, TokensPerS, SamplesPerS, ItPerS, TFLOPs, MFU, Loss     float64
+}
+
+func sealStep(r *TrainingStep) sealedStep {
+	s := r.StepSeries
+	return sealedStep{Source: r.Source, Time: r.Time, Job: s.Job, Namespace: s.Namespace, Cluster: s.Cluster, Pod: s.Pod,
+		Node: s.Node, Pool: s.Pool, Model: s.Model, Framework: s.Framework, Kind: s.Kind, Rank: r.Rank, Step: r.Step,
+		Ranks: r.Ranks, Network: s.Network, NetworkClass: s.NetworkClass, Series: s.Series, StepTime: r.StepTime,
+		TokensPerS: r.TokensPerS, SamplesPerS: r.SamplesPerS, ItPerS: r.ItPerS, TFLOPs: r.TFLOPs, MFU: r.MFU, Loss: r.Loss}
+}
+
+// row returns the row; its series key is worked out again (a snapshot
+// written before rows carried their series key reads back without it).
+func (r *sealedStep) row() TrainingStep {
+	s := &StepSeries{Job: r.Job, Namespace: r.Namespace, Cluster: r.Cluster, Pod: r.Pod, Node: r.Node, Pool: r.Pool,
+		Model: r.Model, Framework: r.Framework, Kind: r.Kind, Network: r.Network, NetworkClass: r.NetworkClass}
+	s.Series = SeriesKey(s)
+	return TrainingStep{Source: r.Source, Time: r.Time, StepSeries: s, Rank: r.Rank, Step: r.Step, Ranks: r.Ranks,
+		StepTime: r.StepTime, TokensPerS: r.TokensPerS, SamplesPerS: r.SamplesPerS, ItPerS: r.ItPerS, TFLOPs: r.TFLOPs,
+		MFU: r.MFU, Loss: r.Loss}
 }
 
 type sealedLast struct {
@@ -141,7 +177,7 @@ func (a *TelemetryAssembler) Seal(topic string, part int32, next int64) (FoldSna
 		a.lastFold = nil
 	}
 	for k, o := range pf.rows {
-		st.Rows = append(st.Rows, sealedRow{Job: k.job, Framework: k.framework, Kind: k.kind, Step: k.step, Row: o.row})
+		st.Rows = append(st.Rows, sealedRow{Job: k.job, Framework: k.framework, Kind: k.kind, Step: k.step, Row: sealStep(&o.row)})
 	}
 	for k, o := range pf.colls {
 		st.Colls = append(st.Colls, sealColl(k, o))
@@ -213,10 +249,7 @@ func (a *TelemetryAssembler) Restore(topic string, part int32, at int64, state [
 		o := pf.newRow()
 		// Not in any batch: the first line counted after the restore
 		// appends it.
-		o.row, o.idx = r.Row, math.MaxInt
-		// A snapshot written before rows carried their series key
-		// reads back without it.
-		o.row.Series = SeriesKey(&o.row)
+		o.row, o.idx = r.Row.row(), math.MaxInt
 		pf.setRow(foldKey{job: r.Job, framework: r.Framework, kind: r.Kind, step: r.Step}, o)
 		if pf.first < 0 || r.Row.Source.Offset < pf.first {
 			pf.first = r.Row.Source.Offset

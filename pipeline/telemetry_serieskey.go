@@ -6,18 +6,18 @@ import "github.com/go-faster/city"
 // prints in one phase of a job: cluster, namespace, job, pod, node, pool,
 // model, framework, kind, network and network class. Storage keeps those
 // strings once per series (sinks: the training_step_series table) and the
-// row only their key, TrainingStep.Series.
+// row only their key, StepSeries.Series.
 
 // SeriesKey returns the series key of a row's strings: ClickHouse's
 // cityHash64 of the eleven strings in the order above, so that a key
 // made here equals the one the migration that split training_steps
 // computes in SQL for rows stored before it (a replay of them then names
 // the same series), and equal series get equal keys in every process.
-func SeriesKey(r *TrainingStep) uint64 {
-	h := cityString(r.Cluster)
-	for _, s := range [...]string{r.Namespace, r.Job, r.Pod, r.Node, r.Pool, r.Model, r.Framework, r.Kind,
-		r.Network, r.NetworkClass} {
-		h = hash128to64(h, cityString(s))
+func SeriesKey(s *StepSeries) uint64 {
+	h := cityString(s.Cluster)
+	for _, v := range [...]string{s.Namespace, s.Job, s.Pod, s.Node, s.Pool, s.Model, s.Framework, s.Kind,
+		s.Network, s.NetworkClass} {
+		h = hash128to64(h, cityString(v))
 	}
 	return h
 }
@@ -37,43 +37,40 @@ func hash128to64(lo, hi uint64) uint64 {
 	return b * mul
 }
 
-// seriesKeyCache holds the series keys of a job's recent rows, so that a
-// key is hashed once per series and not once per row: a job's rows come
-// from a few pods and kinds at a time. Entries are replaced in turn.
-type seriesKeyCache struct {
-	entries []seriesKeyEntry
+// seriesCache holds the series of a job's recent rows, so that the rows
+// of a series share one StepSeries and its key is hashed once per series,
+// not once per row: a job's rows come from a few pods and kinds at a
+// time. Entries are replaced in turn; rows keep theirs.
+type seriesCache struct {
+	entries []*StepSeries
 	next    int
 }
 
-type seriesKeyEntry struct {
-	cluster, namespace, job, pod, node, pool, model, framework, kind, network string
-	key                                                                       uint64
-}
+// seriesCacheSize bounds the series held per job: every pod of an 8-node
+// job of 8 GPUs printing its own rows misses at times, which costs one
+// hash and one allocation, while the cache costs every job holding
+// training rows.
+const seriesCacheSize = 16
 
-// seriesKeyCacheSize bounds the keys held per job: every pod of an
-// 8-node job of 8 GPUs printing its own rows misses at times, which costs
-// one hash, while the cache costs every job holding training rows.
-const seriesKeyCacheSize = 16
-
-// key returns the series key of r, from the cache when r's strings are
-// those of an entry. NetworkClass is a function of Network, so it is not
-// compared.
-func (c *seriesKeyCache) key(r *TrainingStep) uint64 {
-	for i := range c.entries {
-		e := &c.entries[i]
-		if e.pod == r.Pod && e.kind == r.Kind && e.node == r.Node && e.network == r.Network &&
-			e.framework == r.Framework && e.pool == r.Pool && e.model == r.Model &&
-			e.job == r.Job && e.namespace == r.Namespace && e.cluster == r.Cluster {
-			return e.key
+// of returns the series with s's strings and its key: an entry of the
+// cache, or a copy of s. NetworkClass is a function of Network, so it is
+// not compared.
+func (c *seriesCache) of(s *StepSeries) *StepSeries {
+	for _, e := range c.entries {
+		if e.Pod == s.Pod && e.Kind == s.Kind && e.Node == s.Node && e.Network == s.Network &&
+			e.Framework == s.Framework && e.Pool == s.Pool && e.Model == s.Model &&
+			e.Job == s.Job && e.Namespace == s.Namespace && e.Cluster == s.Cluster {
+			return e
 		}
 	}
-	e := seriesKeyEntry{cluster: r.Cluster, namespace: r.Namespace, job: r.Job, pod: r.Pod, node: r.Node,
-		pool: r.Pool, model: r.Model, framework: r.Framework, kind: r.Kind, network: r.Network, key: SeriesKey(r)}
-	if len(c.entries) < seriesKeyCacheSize {
+	e := new(StepSeries)
+	*e = *s
+	e.Series = SeriesKey(e)
+	if len(c.entries) < seriesCacheSize {
 		c.entries = append(c.entries, e)
 	} else {
 		c.entries[c.next] = e
-		c.next = (c.next + 1) % seriesKeyCacheSize
+		c.next = (c.next + 1) % seriesCacheSize
 	}
-	return e.key
+	return e
 }

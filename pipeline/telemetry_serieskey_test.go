@@ -14,19 +14,19 @@ import (
 // every length branch of CityHash64 is taken).
 func TestSeriesKeyIsCityHash64(t *testing.T) {
 	for _, tc := range []struct {
-		r    TrainingStep
+		s    StepSeries
 		want uint64
 	}{
-		{TrainingStep{Cluster: "prod-east", Namespace: "ml-team", Job: "llama-pretrain-7f3a", Pod: "llama-pretrain-7f3a-worker-3",
+		{StepSeries{Cluster: "prod-east", Namespace: "ml-team", Job: "llama-pretrain-7f3a", Pod: "llama-pretrain-7f3a-worker-3",
 			Node: "gpu-node-017", Pool: "h100-pool", Model: "llama-70b", Framework: "megatron", Kind: "step", Network: "IB",
 			NetworkClass: "rdma"}, 6642621698801070509},
-		{TrainingStep{}, 8925121791834778294},
-		{TrainingStep{Cluster: "c", Namespace: "n", Job: "j", Pod: strings.Repeat("p", 70), Node: strings.Repeat("n", 40),
+		{StepSeries{}, 8925121791834778294},
+		{StepSeries{Cluster: "c", Namespace: "n", Job: "j", Pod: strings.Repeat("p", 70), Node: strings.Repeat("n", 40),
 			Pool: strings.Repeat("x", 17), Model: "m", Framework: "deepspeed", Kind: "amend", Network: "AWS Libfabric",
 			NetworkClass: "rdma"}, 6216100413747968130},
 	} {
-		if got := SeriesKey(&tc.r); got != tc.want {
-			t.Errorf("SeriesKey(%+v) = %d; want %d", tc.r, got, tc.want)
+		if got := SeriesKey(&tc.s); got != tc.want {
+			t.Errorf("SeriesKey(%+v) = %d; want %d", tc.s, got, tc.want)
 		}
 	}
 }
@@ -39,7 +39,7 @@ func TestTelemetryRowsCarrySeriesKey(t *testing.T) {
 	a := NewTelemetryAssembler(DefaultTelemetryAssemblerConfig(), nil)
 	b := &Batch{}
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	const pods = 3 * seriesKeyCacheSize
+	const pods = 3 * seriesCacheSize
 	off := int64(0)
 	line := func(pod int, kind TelemetryKind, step int64) {
 		meta := &Meta{Job: "j", Namespace: "ml", Cluster: "c1", Pod: fmt.Sprintf("j-worker-%d", pod), Node: fmt.Sprintf("n%d", pod/8)}
@@ -62,7 +62,7 @@ func TestTelemetryRowsCarrySeriesKey(t *testing.T) {
 	keys := map[uint64]string{}
 	for i := range b.Steps {
 		r := &b.Steps[i]
-		if want := SeriesKey(r); r.Series != want {
+		if want := SeriesKey(r.StepSeries); r.Series != want {
 			t.Fatalf("row %d (%s %s %s) carries series %d; want SeriesKey %d", i, r.Pod, r.Kind, r.Network, r.Series, want)
 		}
 		id := r.Pod + "/" + r.Kind + "/" + r.Network

@@ -275,8 +275,8 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 				return
 			}
 			o.idx = len(out.Steps)
-			out.Steps = appendRow(out.Steps, o.row)
-			out.Bytes += 160 + len(o.row.Job) + len(o.row.Pod)
+			out.Steps = appendRow(out.Steps, o.row, out.rowLimit)
+			out.Bytes += stepRowBytes
 			return
 		}
 	}
@@ -294,8 +294,8 @@ func (a *TelemetryAssembler) foldStep(job string, j *telJob, m *rowMeta, tl *Tel
 		}
 	}
 	j.stepRow(r, m, tl, step, t, src) // rows carry their own line's pod and node
-	out.Steps = appendRow(out.Steps, *r)
-	out.Bytes += 160 + len(r.Job) + len(r.Pod)
+	out.Steps = appendRow(out.Steps, *r, out.rowLimit)
+	out.Bytes += stepRowBytes
 }
 
 // window returns the open fold window of src's partition, starting it
@@ -335,13 +335,12 @@ func (a *TelemetryAssembler) retire(pf *partFold, out *Batch) {
 // stepRow fills r with the training_steps row of a step line (its own
 // line's pod and node, the job's network of the moment).
 func (j *telJob) stepRow(r *TrainingStep, m *rowMeta, tl *TelemetryLine, step int64, t time.Time, src Source) {
-	*r = TrainingStep{Source: src, Time: t, Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster,
-		Pod: m.Pod, Node: m.Node, Pool: m.pool, Model: m.model, Framework: tl.Framework,
-		Kind: tl.Kind.String(), Rank: tl.Rank, Step: step, Ranks: 1, Network: j.network,
+	s := StepSeries{Job: m.Job, Namespace: m.Namespace, Cluster: m.Cluster, Pod: m.Pod, Node: m.Node, Pool: m.pool,
+		Model: m.model, Framework: tl.Framework, Kind: tl.Kind.String(), Network: j.network}
+	s.NetworkClass = j.networkClass()
+	*r = TrainingStep{Source: src, Time: t, StepSeries: j.rowSeries.of(&s), Rank: tl.Rank, Step: step, Ranks: 1,
 		StepTime: tl.StepTime, TokensPerS: tl.TokensPerS, SamplesPerS: tl.SamplesPerS, ItPerS: tl.ItPerS,
 		TFLOPs: tl.TFLOPs, MFU: tl.MFU, Loss: tl.Loss}
-	r.NetworkClass = j.networkClass()
-	r.Series = j.keys.key(r)
 }
 
 // networkClass returns NetworkClass(j.network), "" before any network,
@@ -414,6 +413,13 @@ func (s *sampler) add(v float64) {
 		s.vals = s.vals[:n]
 		s.stride *= 2
 		s.skip = s.stride - 1
+	}
+	if len(s.vals) == cap(s.vals) {
+		// Doubling up to the limit: append would grow the last step
+		// past it, room a job's series hold for good.
+		grown := make([]float64, len(s.vals), min(max(2*len(s.vals), 16), s.limit))
+		copy(grown, s.vals)
+		s.vals = grown
 	}
 	s.vals = append(s.vals, v)
 }

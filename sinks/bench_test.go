@@ -24,15 +24,22 @@ import (
 func loadBatch(t0 time.Time) *pipeline.Batch {
 	const jobs, parts = 64, 8
 	b := &pipeline.Batch{}
+	series := make([]*pipeline.StepSeries, jobs)
 	for i := range 32000 {
 		j := i % jobs
 		job := fmt.Sprintf("load-j%04d", j)
+		if series[j] == nil {
+			// The rows of a series share it, as the assembler's do.
+			series[j] = &pipeline.StepSeries{Job: job, Namespace: "ml-team", Cluster: "load", Pod: job + "-worker-3",
+				Node: "gpu-node-017", Pool: "h100", Model: "llama-70b", Framework: "megatron", Kind: "step", Network: "IB",
+				NetworkClass: "rdma"}
+			series[j].Series = pipeline.SeriesKey(series[j])
+		}
 		st := pipeline.TrainingStep{
 			Source: pipeline.Source{Topic: "ncclwatch-load-0123abcd", Partition: int32(i % parts), Offset: int64(i), Line: 0},
-			Time:   t0.Add(time.Duration(i) * time.Millisecond), Job: job, Namespace: "ml-team", Cluster: "load",
-			Pod: job + "-worker-3", Node: "gpu-node-017", Pool: "h100", Model: "llama-70b", Framework: "megatron",
-			Kind: "step", Rank: i % 32, Step: int64(i / jobs), Ranks: 4, Network: "IB", NetworkClass: "rdma",
-			StepTime: 1.25, TokensPerS: 51234.5, SamplesPerS: math.NaN(), ItPerS: math.NaN(), TFLOPs: 412.3, MFU: 41.7, Loss: 2.345,
+			Time:   t0.Add(time.Duration(i) * time.Millisecond), StepSeries: series[j], Rank: i % 32, Step: int64(i / jobs),
+			Ranks: 4, StepTime: 1.25, TokensPerS: 51234.5, SamplesPerS: math.NaN(), ItPerS: math.NaN(), TFLOPs: 412.3,
+			MFU: 41.7, Loss: 2.345,
 		}
 		b.Steps = append(b.Steps, st)
 	}

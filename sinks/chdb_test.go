@@ -90,12 +90,19 @@ func runChDB(t *testing.T, py string, stmts []chdbStmt) []chdbResult {
 // recordingBatch keeps the values a table's append function passes, in
 // the place of the driver's batch: rows (Append) or columns (Column(i):
 // Append of a slice, the columnar path, or AppendRow a row at a time, for
-// arrays); the other methods are not used.
+// arrays), and counts the blocks sent (Flush); the other methods are not
+// used.
 type recordingBatch struct {
 	driver.Batch
-	ncols int
-	rows  [][]any
-	cols  map[int][]any
+	ncols   int
+	rows    [][]any
+	cols    map[int][]any
+	flushes int // blocks sent before the last (Flush)
+}
+
+func (r *recordingBatch) Flush() error {
+	r.flushes++
+	return nil
 }
 
 func (r *recordingBatch) Append(v ...any) error {
@@ -177,7 +184,7 @@ func insertStmts(t *testing.T, tables []table, b *pipeline.Batch, db string, f f
 			continue
 		}
 		rec := &recordingBatch{ncols: len(tb.columns)}
-		if err := tb.fill(rec, b, &cfg); err != nil {
+		if err := tb.fill(rec, b, &cfg, 0); err != nil {
 			t.Fatalf("%s append: %v", tb.name, err)
 		}
 		recorded, err := rec.recorded()

@@ -22,6 +22,7 @@ import (
 // insert's CPU. Columns go in the table's column order.
 type columns struct {
 	d   driver.Batch
+	lo  int // the first row of the block (v's index of its row 0)
 	n   int // rows
 	i   int // next column
 	err error
@@ -43,11 +44,12 @@ type columns struct {
 // scratchPool holds the scratch maps of finished inserts.
 var scratchPool = sync.Pool{New: func() any { return map[reflect.Type]any{} }}
 
-func newColumns(d driver.Batch, rows int) *columns {
-	return &columns{d: d, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
+// newColumns appends the block of rows lo to lo+rows-1 to d.
+func newColumns(d driver.Batch, lo, rows int) *columns {
+	return &columns{d: d, lo: lo, n: rows, scratch: scratchPool.Get().(map[reflect.Type]any)}
 }
 
-// col appends the next column, v(j) being row j's value.
+// col appends the next column of the block, v(j) being row j's value.
 func col[T any](c *columns, v func(j int) T) {
 	if c.err != nil {
 		return
@@ -56,10 +58,10 @@ func col[T any](c *columns, v func(j int) T) {
 		wanted := c.only == nil || c.i < len(c.only) && c.only[c.i]
 		if str, ok := any(v).(func(int) string); ok && wanted && c.i < len(c.strBytes) {
 			total := 0
-			for j := range c.n {
+			for j := c.lo; j < c.lo+c.n; j++ {
 				total += len(str(j))
 			}
-			c.strBytes[c.i] = total
+			c.strBytes[c.i] = max(c.strBytes[c.i], total)
 		}
 		c.i++
 		return
@@ -71,7 +73,7 @@ func col[T any](c *columns, v func(j int) T) {
 	}
 	vals = vals[:c.n]
 	for j := range vals {
-		vals[j] = v(j)
+		vals[j] = v(c.lo + j)
 	}
 	if err := c.d.Column(c.i).Append(vals); err != nil {
 		c.err = fmt.Errorf("column %d: %w", c.i, err)
@@ -88,7 +90,7 @@ func arrayCol[T any](c *columns, v func(j int) []T) {
 	}
 	if !c.measure {
 		bc := c.d.Column(c.i)
-		for j := range c.n {
+		for j := c.lo; j < c.lo+c.n; j++ {
 			if err := bc.AppendRow(v(j)); err != nil {
 				c.err = fmt.Errorf("column %d: %w", c.i, err)
 				return

@@ -113,12 +113,17 @@ func classify(err error) error {
 func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
-	batch, err := c.prepareInsert(ctx, t, b)
+	blockRows := c.blockRows()
+	batch, err := c.prepareInsert(ctx, t, b, blockRows)
 	if err != nil {
 		return err
 	}
-	if err := t.fill(batch, b, &c.cfg); err != nil {
+	if err := t.fill(batch, b, &c.cfg, blockRows); err != nil {
 		_ = batch.Abort()
+		var send sendError
+		if errors.As(err, &send) {
+			return send.err
+		}
 		// The values do not fit the table's columns: the table is not
 		// the one this code was written for.
 		return pipeline.Permanent(err)
@@ -126,10 +131,29 @@ func (c *ClickHouse) insertOnce(ctx context.Context, t *table, b *pipeline.Batch
 	return batch.Send()
 }
 
+// insertBlockRows is the most rows of one block of an insert (table.fill):
+// the driver's columns and the encoded block then hold a few MB whatever
+// the batch's size. The server joins an insert's blocks into parts of up
+// to min_insert_block_size_rows (about a million rows), so the parts are
+// those of one block.
+const insertBlockRows = 8192
+
+// blockRows is the block size of an insert (table.fill). Through a
+// Distributed table written synchronously (Cluster) the server does not
+// join an insert's blocks: each would be a part on its shard, so the
+// insert is one block.
+func (c *ClickHouse) blockRows() int {
+	if c.cfg.Cluster != "" {
+		return 0
+	}
+	return insertBlockRows
+}
+
 // prepareInsert asks the server for the block of an insert into t, its
-// String columns made at the size of b's values (colsize.go).
-func (c *ClickHouse) prepareInsert(ctx context.Context, t *table, b *pipeline.Batch) (driver.Batch, error) {
-	hint := c.strSizes.hint(t, b, &c.cfg)
+// String columns made at the size of b's values in blocks of blockRows
+// (colsize.go).
+func (c *ClickHouse) prepareInsert(ctx context.Context, t *table, b *pipeline.Batch, blockRows int) (driver.Batch, error) {
+	hint := c.strSizes.hint(t, b, &c.cfg, blockRows)
 	announce(hint)
 	batch, err := c.conn.PrepareBatch(ctx, t.insertSQL(c.cfg.Database))
 	withdraw(hint)

@@ -26,15 +26,40 @@ type table struct {
 	key func(b *pipeline.Batch, h io.Writer)
 }
 
-// fill appends t's rows of b to d.
-func (t *table) fill(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig) error {
+// fill appends t's rows of b to d. A table written a column at a time
+// goes in blocks of at most blockRows rows (one block when blockRows is 0),
+// each but the last sent (d.Flush) once made, so that the driver's columns
+// and the encoded block hold one block, not the insert. An error of
+// sending is returned as a sendError.
+func (t *table) fill(d driver.Batch, b *pipeline.Batch, cfg *ClickHouseConfig, blockRows int) error {
 	if t.cols == nil {
 		return t.append(d, b, cfg)
 	}
-	c := newColumns(d, t.rows(b))
-	t.cols(c, b, cfg)
-	return c.done()
+	n := t.rows(b)
+	if blockRows <= 0 {
+		blockRows = max(n, 1)
+	}
+	for lo := 0; lo < n; lo += blockRows {
+		if lo > 0 {
+			if err := d.Flush(); err != nil {
+				return sendError{err}
+			}
+		}
+		c := newColumns(d, lo, min(blockRows, n-lo))
+		t.cols(c, b, cfg)
+		if err := c.done(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// sendError is an error of sending a block to the server, not of its
+// values.
+type sendError struct{ err error }
+
+func (e sendError) Error() string { return e.err.Error() }
+func (e sendError) Unwrap() error { return e.err }
 
 // insertSQL names the columns: 18.16 takes batch inserts only with a
 // column list, and a list keeps inserts working when columns are added.

@@ -93,12 +93,13 @@ type strSizes struct {
 	plain map[string][]bool // by table name; by column index
 }
 
-// hint is what an insert of t's rows of b announces: by column name the
-// bytes of each String column's values, measured. nil for a table not
+// hint is what an insert of t's rows of b in blocks of blockRows rows (fill)
+// announces: by column name the bytes of each String column's values in
+// its largest block, measured. nil for a table not
 // written a column at a time, or no rows. Before the table's first insert
 // every column of Go strings is announced (a LowCardinality dictionary too,
 // that once).
-func (s *strSizes) hint(t *table, b *pipeline.Batch, cfg *ClickHouseConfig) *colHint {
+func (s *strSizes) hint(t *table, b *pipeline.Batch, cfg *ClickHouseConfig, blockRows int) *colHint {
 	if t.cols == nil {
 		return nil
 	}
@@ -109,12 +110,19 @@ func (s *strSizes) hint(t *table, b *pipeline.Batch, cfg *ClickHouseConfig) *col
 	s.mu.Lock()
 	plain := s.plain[t.name]
 	s.mu.Unlock()
-	c := &columns{n: rows, measure: true, only: plain, strBytes: make([]int, len(t.columns))}
+	block := rows
+	if blockRows > 0 {
+		block = min(rows, blockRows)
+	}
+	c := &columns{measure: true, only: plain, strBytes: make([]int, len(t.columns))}
 	for i := range c.strBytes {
 		c.strBytes[i] = -1
 	}
-	t.cols(c, b, cfg)
-	h := &colHint{rows: rows, bytes: make(map[string]int, len(t.columns))}
+	for lo := 0; lo < rows; lo += block {
+		c.lo, c.n, c.i = lo, min(block, rows-lo), 0
+		t.cols(c, b, cfg)
+	}
+	h := &colHint{rows: block, bytes: make(map[string]int, len(t.columns))}
 	for i, n := range c.strBytes {
 		if n >= 0 {
 			h.bytes[strings.Trim(t.columns[i], "`")] = n

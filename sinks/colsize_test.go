@@ -22,7 +22,7 @@ func TestStrSizesHint(t *testing.T) {
 	cfg := DefaultClickHouseConfig()
 	var s strSizes
 	b := &pipeline.Batch{}
-	if h := s.hint(nccl, b, &cfg); h != nil {
+	if h := s.hint(nccl, b, &cfg, 0); h != nil {
 		t.Errorf("hint for no rows = %+v; want nil", h)
 	}
 	b.Events = []pipeline.EventRow{
@@ -31,7 +31,7 @@ func TestStrSizesHint(t *testing.T) {
 	}
 	// Before any insert every column of Go strings is measured, whatever
 	// the server made it.
-	h := s.hint(nccl, b, &cfg)
+	h := s.hint(nccl, b, &cfg, 0)
 	if h == nil {
 		t.Fatal("hint = nil; want the measured sizes")
 	}
@@ -65,18 +65,18 @@ func TestStrSizesHint(t *testing.T) {
 		plain[i] = c
 	}
 	s.learn(nccl, plain)
-	h = s.hint(nccl, b, &cfg)
+	h = s.hint(nccl, b, &cfg, 0)
 	if _, ok := h.bytes["job"]; ok || h.bytes["text"] != 120 || len(h.bytes) != len(want)-1 {
 		t.Errorf("after learning, hint bytes = %v; want %v less job", h.bytes, want)
 	}
 	// The text column is measured as stored: capped at max_line_bytes.
 	cfg.MaxLineBytes = 50
-	if got := s.hint(nccl, b, &cfg).bytes["text"]; got != len(capText(b.Events[0].Line, 50))+20 {
+	if got := s.hint(nccl, b, &cfg, 0).bytes["text"]; got != len(capText(b.Events[0].Line, 50))+20 {
 		t.Errorf("hint bytes[text] with max_line_bytes 50 = %d; want %d", got, len(capText(b.Events[0].Line, 50))+20)
 	}
 	for _, tb := range allTables() {
 		if tb.cols == nil {
-			if h := s.hint(&tb, b, &cfg); h != nil {
+			if h := s.hint(&tb, b, &cfg, 0); h != nil {
 				t.Errorf("hint for %s, written row by row = %+v; want nil", tb.name, h)
 			}
 		}
@@ -144,9 +144,10 @@ func TestClickHouseSizedColumns(t *testing.T) {
 			off++
 			b.Events = append(b.Events, pipeline.EventRow{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
 				Pod: job + "-0", Container: "trainer", Node: "n1", Host: "n1", PID: "42", Kind: "info", Line: line})
-			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0, Job: job, Namespace: "ml", Cluster: "c1",
-				Pod: job + "-0", Node: "n1", Pool: "h100", Model: "m", Framework: "megatron", Kind: "step", Step: int64(i),
-				Ranks: 1, Network: "IB", NetworkClass: "rdma"})
+			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0,
+				StepSeries: &pipeline.StepSeries{Job: job, Namespace: "ml", Cluster: "c1", Pod: job + "-0", Node: "n1",
+					Pool: "h100", Model: "m", Framework: "megatron", Kind: "step", Network: "IB", NetworkClass: "rdma"},
+				Step: int64(i), Ranks: 1})
 			want = append(want, job+"|"+line)
 		}
 		// The blocks an insert of b gets: each plain String column made
@@ -154,8 +155,8 @@ func TestClickHouseSizedColumns(t *testing.T) {
 		// driver's column; no other accessor has its capacity).
 		seen, filled := uint64(0), 0
 		for _, tb := range tables {
-			sizes := c.strSizes.hint(tb, b, &c.cfg)
-			batch, err := c.prepareInsert(ctx, tb, b)
+			sizes := c.strSizes.hint(tb, b, &c.cfg, 0)
+			batch, err := c.prepareInsert(ctx, tb, b, 0)
 			if err != nil {
 				t.Fatalf("round %d: prepareInsert(%s) = %v", round, tb.name, err)
 			}
@@ -254,15 +255,75 @@ func BenchmarkStrSizesHint(b *testing.B) {
 	batch := &pipeline.Batch{}
 	for i := range 30000 {
 		job := fmt.Sprintf("load-j%04d", i%64)
-		batch.Steps = append(batch.Steps, pipeline.TrainingStep{Source: pipeline.Source{Topic: "ncclwatch-load", Offset: int64(i)},
-			Job: job, Namespace: "ml-research", Cluster: "c1", Pod: fmt.Sprintf("%s-worker-%d", job, i%8), Node: fmt.Sprintf("gpu-node-%d", i%8),
-			Pool: "h100", Model: "llama-7b", Framework: "megatron", Kind: "step", Step: int64(i), Ranks: 16, Network: "IB", NetworkClass: "rdma"})
+		batch.Steps = append(batch.Steps, pipeline.TrainingStep{
+			Source: pipeline.Source{Topic: "ncclwatch-load", Offset: int64(i)},
+			StepSeries: &pipeline.StepSeries{Job: job, Namespace: "ml-research", Cluster: "c1",
+				Pod: fmt.Sprintf("%s-worker-%d", job, i%8), Node: fmt.Sprintf("gpu-node-%d", i%8), Pool: "h100",
+				Model: "llama-7b", Framework: "megatron", Kind: "step", Network: "IB", NetworkClass: "rdma"},
+			Step: int64(i), Ranks: 16})
 	}
 	cfg := DefaultClickHouseConfig()
 	var s strSizes
 	for b.Loop() {
-		if h := s.hint(tb, batch, &cfg); h == nil || h.bytes["job"] != 30000*len("load-j0000") {
+		if h := s.hint(tb, batch, &cfg, 0); h == nil || h.bytes["job"] != 30000*len("load-j0000") {
 			b.Fatalf("hint = %+v", h)
+		}
+	}
+}
+
+// TestFillBlocks: a table written a column at a time in blocks of k rows
+// appends the same values, in the same order, as in one block, sending
+// every block but the last; the hint announces the largest block.
+func TestFillBlocks(t *testing.T) {
+	cfg := DefaultClickHouseConfig()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	b := &pipeline.Batch{}
+	for i := range 10 {
+		src := pipeline.Source{Topic: "t", Partition: 1, Offset: int64(100 + i)}
+		b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src, Time: t0,
+			StepSeries: &pipeline.StepSeries{Job: fmt.Sprintf("job-%d", i%3), Namespace: strings.Repeat("n", i),
+				Cluster: "c", Pod: "p", Framework: "megatron", Kind: "step"}, Step: int64(i), Ranks: 1 + i%2,
+			StepTime: float64(i) / 4})
+	}
+	tb := &stepRowsTable
+	whole := &recordingBatch{ncols: len(tb.columns)}
+	if err := tb.fill(whole, b, &cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	want, err := whole.recorded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != len(b.Steps) || whole.flushes != 0 {
+		t.Fatalf("one block: %d rows, %d flushes; want %d rows, 0 flushes", len(want), whole.flushes, len(b.Steps))
+	}
+	var s strSizes
+	for _, k := range []int{1, 3, 4, 9, 10, 11} {
+		rec := &recordingBatch{ncols: len(tb.columns)}
+		if err := tb.fill(rec, b, &cfg, k); err != nil {
+			t.Fatalf("blocks of %d: %v", k, err)
+		}
+		got, err := rec.recorded()
+		if err != nil {
+			t.Fatalf("blocks of %d: %v", k, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("blocks of %d: rows differ from one block:\n got %v\nwant %v", k, got, want)
+		}
+		if blocks := (len(b.Steps) + k - 1) / k; rec.flushes != blocks-1 {
+			t.Errorf("blocks of %d: %d flushes; want %d", k, rec.flushes, blocks-1)
+		}
+		h := s.hint(tb, b, &cfg, k)
+		rows, ns := min(k, len(b.Steps)), 0
+		for lo := 0; lo < len(b.Steps); lo += rows {
+			n := 0
+			for j := lo; j < min(lo+rows, len(b.Steps)); j++ {
+				n += len(b.Steps[j].Namespace)
+			}
+			ns = max(ns, n)
+		}
+		if h.rows != rows || h.bytes["namespace"] != ns {
+			t.Errorf("blocks of %d: hint rows %d, namespace bytes %d; want %d, %d", k, h.rows, h.bytes["namespace"], rows, ns)
 		}
 	}
 }

@@ -59,9 +59,10 @@ func (f fleet) batch() *pipeline.Batch {
 				class = pipeline.NetworkClass(network)
 			}
 			b.Steps = append(b.Steps, pipeline.TrainingStep{Source: src(), Time: first.Add(time.Duration(i) * every),
-				Job: name, Namespace: "ml", Cluster: "c1", Pod: name + "-worker-0", Node: "n1", Pool: pool, Model: model,
-				Framework: pipeline.FrameworkMegatron, Kind: "step", Rank: -1, Step: int64(i + 1), Network: network,
-				NetworkClass: class, StepTime: st, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan, TFLOPs: nan, MFU: nan, Loss: nan})
+				StepSeries: &pipeline.StepSeries{Job: name, Namespace: "ml", Cluster: "c1", Pod: name + "-worker-0",
+					Node: "n1", Pool: pool, Model: model, Framework: pipeline.FrameworkMegatron, Kind: "step",
+					Network: network, NetworkClass: class}, Rank: -1, Step: int64(i + 1), StepTime: st, TokensPerS: nan,
+				SamplesPerS: nan, ItPerS: nan, TFLOPs: nan, MFU: nan, Loss: nan})
 		}
 	}
 	canary := func(name, pool string, verdict pipeline.Verdict, at time.Time, busbw float64) {

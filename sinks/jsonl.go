@@ -112,11 +112,7 @@ func nanToNull(v reflect.Value) any {
 		return f
 	case reflect.Struct:
 		out := make(map[string]any, v.NumField())
-		for i := 0; i < v.NumField(); i++ {
-			if f := v.Type().Field(i); f.IsExported() && f.Tag.Get("json") != "-" {
-				out[f.Name] = nanToNull(v.Field(i))
-			}
-		}
+		fields(v, out)
 		return out
 	case reflect.Slice, reflect.Array:
 		if v.Kind() == reflect.Slice && v.IsNil() {
@@ -137,6 +133,27 @@ func nanToNull(v reflect.Value) any {
 		return v.Interface()
 	}
 	return nil
+}
+
+// fields puts struct v's fields into out, those of an embedded struct
+// (or pointer to one) as its own, as encoding/json does.
+func fields(v reflect.Value, out map[string]any) {
+	for i := 0; i < v.NumField(); i++ {
+		f, fv := v.Type().Field(i), v.Field(i)
+		if f.Anonymous && fv.Kind() == reflect.Pointer && fv.Type().Elem().Kind() == reflect.Struct {
+			if !fv.IsNil() {
+				fields(fv.Elem(), out)
+			}
+			continue
+		}
+		if f.Anonymous && fv.Kind() == reflect.Struct {
+			fields(fv, out)
+			continue
+		}
+		if f.IsExported() && f.Tag.Get("json") != "-" {
+			out[f.Name] = nanToNull(fv)
+		}
+	}
 }
 
 // Close closes the files.

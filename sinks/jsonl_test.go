@@ -23,7 +23,7 @@ func TestJSONLinesWritesEveryTable(t *testing.T) {
 		Jobs:        []pipeline.JobSummary{{Job: "j", Verdict: pipeline.VerdictOK, Version: 1}},
 		Comms:       []pipeline.CommSummary{{Job: "j", CommID: "0x1"}},
 		Alerts:      []pipeline.Alert{{Rule: "NCCLSocketFallback", Job: "j", State: "firing"}},
-		Steps:       []pipeline.TrainingStep{{Pod: "p-0", Series: 42}},
+		Steps:       []pipeline.TrainingStep{{StepSeries: &pipeline.StepSeries{Pod: "p-0", Series: 42}, Step: 7}},
 		TestRuns:    []pipeline.NCCLTestRun{{AvgBusBW: math.NaN(), OOP: pipeline.NCCLTestResult{BusBW: math.NaN()}}},
 		DeadLetters: []pipeline.DeadLetter{{Reason: "malformed: x", Raw: []byte("{")}},
 	}
@@ -48,8 +48,8 @@ func TestJSONLinesWritesEveryTable(t *testing.T) {
 				t.Errorf("%s line %d: %v", table, n+1, err)
 			}
 			// A step keeps its strings; the series key is storage's.
-			if _, ok := v["Series"]; table == "training_steps" && (ok || v["Pod"] != "p-0") {
-				t.Errorf("training_steps line %d = %s; want Pod p-0 and no Series", n+1, sc.Bytes())
+			if _, ok := v["Series"]; table == "training_steps" && (ok || v["Pod"] != "p-0" || v["Step"] != 7.0) {
+				t.Errorf("training_steps line %d = %s; want Pod p-0, Step 7 and no Series", n+1, sc.Bytes())
 			}
 			n++
 		}

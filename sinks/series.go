@@ -63,7 +63,7 @@ func stepSeries(r *pipeline.TrainingStep) uint64 {
 	if r.Series != 0 {
 		return r.Series
 	}
-	return pipeline.SeriesKey(r)
+	return pipeline.SeriesKey(r.StepSeries)
 }
 
 const seriesTableName = "training_step_series"

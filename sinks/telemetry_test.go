@@ -18,10 +18,12 @@ func telemetryBatch(t0 time.Time) *pipeline.Batch {
 	nan := math.NaN()
 	src := func(off int64) pipeline.Source { return pipeline.Source{Topic: "nccl-logs", Partition: 2, Offset: off} }
 	step := func(off, n int64, st float64) pipeline.TrainingStep {
-		return pipeline.TrainingStep{Source: src(off), Time: t0.Add(time.Duration(off) * time.Second), Job: "train-a",
-			Namespace: "ml", Cluster: "c1", Pod: "train-a-worker-0", Node: "gpu-1", Pool: "h100-ib", Model: "qwen2.5-14b",
-			Framework: pipeline.FrameworkMegatron, Kind: "step", Rank: 15, Step: n, Network: "IB", NetworkClass: "rdma",
-			StepTime: st, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan, TFLOPs: 300 + float64(n), MFU: nan, Loss: 2.5}
+		return pipeline.TrainingStep{Source: src(off), Time: t0.Add(time.Duration(off) * time.Second),
+			StepSeries: &pipeline.StepSeries{Job: "train-a", Namespace: "ml", Cluster: "c1", Pod: "train-a-worker-0",
+				Node: "gpu-1", Pool: "h100-ib", Model: "qwen2.5-14b", Framework: pipeline.FrameworkMegatron, Kind: "step",
+				Network: "IB", NetworkClass: "rdma"},
+			Rank: 15, Step: n, StepTime: st, TokensPerS: nan, SamplesPerS: nan, ItPerS: nan, TFLOPs: 300 + float64(n),
+			MFU: nan, Loss: 2.5}
 	}
 	steps := []pipeline.TrainingStep{step(1, 1, 6.0), step(2, 2, 6.07), step(3, 3, 6.2)}
 	amend := step(4, 3, nan)

@@ -92,8 +92,9 @@ func TestGCPercentUnlessGOGCSet(t *testing.T) {
 	}
 }
 
-// TestMemoryLimit: run sets 85 % of the cgroup's memory limit as the Go
-// soft memory limit unless GOMEMLIMIT is set or there is no limit.
+// TestMemoryLimit: run sets the memory bound as the Go soft memory limit,
+// or 85 % of the cgroup's memory limit where that is lower, unless
+// GOMEMLIMIT is set.
 func TestMemoryLimit(t *testing.T) {
 	files := func(m map[string]string) func(string) ([]byte, error) {
 		return func(name string) ([]byte, error) {
@@ -112,13 +113,19 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 	const v2, v1 = "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"
-	// The defaults' bound: two batches of 120 000 rows beside the base.
+	// The defaults' bound: two batches of the backlog's 32 MiB beside the
+	// base.
 	bound := memoryBound(pipeline.DefaultRunnerConfig())
-	if want := int64(memoryBase + 2*120000*batchRowBytes); bound != want {
+	if want := int64(memoryBase + 2*32<<20); bound != want {
 		t.Fatalf("memoryBound(defaults) = %d; want %d", bound, want)
 	}
-	if b := memoryBound(pipeline.RunnerConfig{Batch: pipeline.BatchConfig{MaxRows: 1000, Backlog: pipeline.BacklogLimits{MaxRows: 120000}}}); b != memoryBase+2*120000*batchRowBytes {
-		t.Errorf("memoryBound(backlog 120 000 rows) = %d; want the backlog's rows counted", b)
+	live := pipeline.BatchConfig{MaxBytes: 16 << 20, Backlog: pipeline.BacklogLimits{MaxBytes: 64 << 20}}
+	if b := memoryBound(pipeline.RunnerConfig{Batch: live}); b != memoryBase+2*16<<20 {
+		t.Errorf("memoryBound(backlog batches off) = %d; want the live bytes counted", b)
+	}
+	live.Backlog.MaxRows = 120000
+	if b := memoryBound(pipeline.RunnerConfig{Batch: live}); b != memoryBase+2*64<<20 {
+		t.Errorf("memoryBound(backlog 64 MiB) = %d; want the backlog's bytes counted", b)
 	}
 	for _, c := range []struct {
 		name  string
@@ -127,15 +134,15 @@ func TestMemoryLimit(t *testing.T) {
 		want  int64
 		ok    bool
 	}{
-		{"v2 1 GiB", "", map[string]string{v2: "1073741824\n"}, 912680550, true},
+		{"v2 1 GiB", "", map[string]string{v2: "1073741824\n"}, bound, true},
 		{"v2 256 MiB", "", map[string]string{v2: "268435456\n"}, 228170137, true},
 		{"v1 256 MiB", "", map[string]string{v1: "268435456\n"}, 228170137, true},
-		{"v2 max", "", map[string]string{v2: "max\n", v1: "268435456\n"}, 0, false},
-		{"v1 unlimited", "", map[string]string{v1: "9223372036854771712\n"}, 0, false},
-		{"no cgroup", "", nil, 0, false},
+		{"v2 max", "", map[string]string{v2: "max\n", v1: "268435456\n"}, bound, true},
+		{"v1 unlimited", "", map[string]string{v1: "9223372036854771712\n"}, bound, true},
+		{"no cgroup", "", nil, bound, true},
 		{"GOMEMLIMIT set", "512MiB", map[string]string{v2: "268435456\n"}, 0, false},
 	} {
-		got, ok := memoryLimit(env(c.env), files(c.files))
+		got, ok := memoryLimit(env(c.env), files(c.files), bound)
 		if got != c.want || ok != c.ok {
 			t.Errorf("%s: memoryLimit = %d, %v; want %d, %v", c.name, got, ok, c.want, c.ok)
 		}

@@ -42,10 +42,14 @@ func main() {
 	// process it measures. NCCLWATCH_TRACE=FILE: a Go execution trace (go
 	// tool trace FILE): where a profile shows what the process computes,
 	// the trace shows when its goroutines wait, which is what limits `run`
-	// when it uses less than the cores it has.
+	// when it uses less than the cores it has. NCCLWATCH_HEAPPROFILE=FILE:
+	// the heap profile at the largest live heap (go tool pprof
+	// -sample_index=inuse_space FILE).
 	os.Exit(underFile("NCCLWATCH_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile, func() int {
 		return underFile("NCCLWATCH_TRACE", trace.Start, trace.Stop, func() int {
-			return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+			return underHeapProfile("NCCLWATCH_HEAPPROFILE", func() int {
+				return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+			})
 		})
 	}))
 }

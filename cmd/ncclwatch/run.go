@@ -155,9 +155,10 @@ func runService(args []string, stderr io.Writer) int {
 	if pct, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(pct)
 	}
-	if limit, ok := memoryLimit(os.Getenv, os.ReadFile); ok {
+	bound := memoryBound(cfg.Pipeline)
+	if limit, ok := memoryLimit(os.Getenv, os.ReadFile, bound); ok {
 		debug.SetMemoryLimit(limit)
-		log.Info().Int64("bytes", limit).Int64("bound", memoryBound(cfg.Pipeline)).Msg("Go memory limit set to 85 % of the container's (GOMEMLIMIT unset)")
+		log.Info().Int64("bytes", limit).Int64("bound", bound).Msg("Go memory limit set: the memory bound, or 85 % of the container's where lower (GOMEMLIMIT unset)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -173,10 +174,9 @@ func runService(args []string, stderr io.Writer) int {
 // Nearly all the service allocates is short-lived (each Kafka record's
 // bytes, copied by kafka-go, parsed and dropped), so the default 100 %
 // collects a ~100 MB live heap every ~100 MB of records; 200 % halves the
-// collections. On the load benchmark that trades some RSS for less CPU
-// and more records/s (docs/configuration.md, "Go GC target and memory
-// limit").
-// GOGC=100 restores Go's default; GOMEMLIMIT caps the heap either way.
+// collections. Below the soft memory limit (memoryLimit) that trades some
+// RSS for less CPU; near it the limit rules (docs/configuration.md, "Go GC
+// target and memory limit"). GOGC=100 restores Go's default.
 const serviceGCPercent = 200
 
 // gcPercent returns the GC target to set for the service: serviceGCPercent
@@ -205,39 +205,38 @@ func recordPrefilter(noTelemetry bool) func([]byte) bool {
 }
 
 // memoryLimitShare is the share of the container's memory limit that `run`
-// gives the Go heap's soft limit when GOMEMLIMIT is not set: near the
-// limit the runtime collects harder instead of the kernel killing the
-// process there. 85 % leaves room for what is not heap (goroutine stacks,
-// the runtime's own, clickhouse-go's and kafka-go's buffers).
+// gives the Go heap's soft limit where that is below the memory bound:
+// near the limit the runtime collects harder instead of the kernel
+// killing the process there. 85 % leaves room for what is not heap
+// (goroutine stacks, the runtime's own, clickhouse-go's and kafka-go's
+// buffers).
 const memoryLimitShare = 0.85
 
-// Parts of memoryBound (docs/configuration.md, "Memory", names each with
-// its setting): memoryBase is what does not scale with a setting of the
-// batch (the runtime, kafka-go's fetch and decompression buffers, the
-// queue, the live jobs' state, the insert's compressed blocks) with the
-// collector's room to work; batchRowBytes is one batch row with its share
-// of the insert's columns.
-const (
-	memoryBase    = 150 << 20
-	batchRowBytes = 1 << 10
-)
+// memoryBase is the part of memoryBound that no batch setting scales
+// (docs/configuration.md, "Memory", names each part with its setting): the
+// runtime and the heap's own overhead, kafka-go's fetches and the queue,
+// one block of an insert, the state of a few hundred live jobs, and the
+// collector's room to work.
+const memoryBase = 208 << 20
 
-// memoryBound returns the heap a configuration needs held tight:
-// memoryBase and two batches (one filling, one being stored) of the larger
-// of the live and the backlog row limits. It is not applied by default:
-// held to it, the collector runs far more often and throughput falls
-// (docs/performance.md, "Memory"); an operator who wants the bound sets
-// GOMEMLIMIT to it, and `run` logs it.
+// memoryBound returns the memory a configuration needs: memoryBase and
+// two batches (one filling, one being stored) of the larger of the live
+// and the backlog byte limits, which bound what a batch's rows hold
+// (pipeline.Batch.Bytes). `run` sets it as the Go soft memory limit
+// unless GOMEMLIMIT is set.
 func memoryBound(p pipeline.RunnerConfig) int64 {
-	rows := max(p.Batch.MaxRows, p.Batch.Backlog.MaxRows)
-	return memoryBase + 2*int64(rows)*batchRowBytes
+	batch := p.Batch.MaxBytes
+	if p.Batch.Backlog.MaxRows > 0 {
+		batch = max(batch, p.Batch.Backlog.MaxBytes)
+	}
+	return memoryBase + 2*int64(batch)
 }
 
-// memoryLimit returns the soft memory limit to set for the service:
-// memoryLimitShare of the container's memory limit (cgroup v2 memory.max,
-// else v1 memory.limit_in_bytes); none without one or when GOMEMLIMIT
-// chooses one.
-func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error)) (int64, bool) {
+// memoryLimit returns the soft memory limit to set for the service: bound,
+// or memoryLimitShare of the container's memory limit (cgroup v2
+// memory.max, else v1 memory.limit_in_bytes) where that is lower; none
+// when GOMEMLIMIT chooses one.
+func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, error), bound int64) (int64, bool) {
 	if getenv("GOMEMLIMIT") != "" {
 		return 0, false
 	}
@@ -250,11 +249,11 @@ func memoryLimit(getenv func(string) string, readFile func(string) ([]byte, erro
 		// "max" (v2) or a huge number (v1: no limit, a page-rounded
 		// MaxInt64): no container limit.
 		if err != nil || n <= 0 || n >= 1<<60 {
-			return 0, false
+			break
 		}
-		return int64(float64(n) * memoryLimitShare), true
+		return min(bound, int64(float64(n)*memoryLimitShare)), true
 	}
-	return 0, false
+	return bound, true
 }
 
 // serveOptions are what a caller of serve chooses beside the
