@@ -57,11 +57,10 @@ func loadBatch(t0 time.Time) *pipeline.Batch {
 	return b
 }
 
-// BenchmarkClickHouseConsume stores a load-shaped batch (two inserts) into
-// the test server per iteration. cpu-ms/op is this process's CPU: the
-// sink's and the driver's work (columns, encoding, compression), not the
-// server's.
-func BenchmarkClickHouseConsume(b *testing.B) {
+// benchSink is a sink on a fresh, migrated database of the test server,
+// dropped when the benchmark ends.
+func benchSink(b *testing.B) *ClickHouse {
+	b.Helper()
 	cfg := DefaultClickHouseConfig()
 	cfg.Addr = []string{benchAddr(b)}
 	cfg.Database = fmt.Sprintf("ncclwatch_bench_%d", time.Now().UnixNano())
@@ -69,11 +68,22 @@ func BenchmarkClickHouseConsume(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	defer func() { _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.Database) }()
+	b.Cleanup(func() {
+		_ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.Database)
+		c.Close()
+	})
 	if _, err := c.Migrate(b.Context()); err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+// BenchmarkClickHouseConsume stores a load-shaped batch (two inserts) into
+// the test server per iteration. cpu-ms/op is this process's CPU: the
+// sink's and the driver's work (columns, encoding, compression), not the
+// server's.
+func BenchmarkClickHouseConsume(b *testing.B) {
+	c := benchSink(b)
 	batch := loadBatch(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cpu0 := processCPU()
 	for b.Loop() {
@@ -227,18 +237,7 @@ func benchSeriesKey(b *testing.B, hashEach bool) {
 // eight-bucket histograms, into the test server per iteration; cpu-ms/op
 // is this process's CPU.
 func BenchmarkClickHouseCollectives(b *testing.B) {
-	cfg := DefaultClickHouseConfig()
-	cfg.Addr = []string{benchAddr(b)}
-	cfg.Database = fmt.Sprintf("ncclwatch_bench_%d", time.Now().UnixNano())
-	c, err := NewClickHouse(b.Context(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	defer func() { _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.Database) }()
-	if _, err := c.Migrate(b.Context()); err != nil {
-		b.Fatal(err)
-	}
+	c := benchSink(b)
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	batch := &pipeline.Batch{}
 	hist := pipeline.Hist{Buckets: []uint8{180, 181, 182, 183, 184, 185, 186, 187}, Counts: []uint32{1, 2, 3, 4, 4, 3, 2, 1}}
