@@ -140,7 +140,7 @@ test-cluster:
 	if [ $$status -eq 0 ]; then \
 		NCCLWATCH_TEST_CLICKHOUSE_CLUSTER="$$(deploy/local/clickhouse-cluster.sh addrs)" \
 		NCCLWATCH_TEST_CLICKHOUSE_CLUSTER_NAME=$(CLICKHOUSE_CLUSTER_NAME) NCCLWATCH_REQUIRE_SERVERS=1 \
-		$(GO) test -count=1 -timeout 15m -run '^(TestIntegrationCluster|TestClusterCookbook|TestClusterLoadEventsBounded)$$' -v ./sinks/ ./cmd/ncclwatch/ || status=$$?; \
+		$(GO) test -count=1 -timeout 15m -run '^(TestIntegrationCluster|TestClusterCookbook|TestClusterLoadEventsBounded|TestClusterMigrateConcurrent)$$' -v ./sinks/ ./cmd/ncclwatch/ || status=$$?; \
 	fi; \
 	deploy/local/clickhouse-cluster.sh stop; deploy/local/clickhouse.sh stop; deploy/local/kafka.sh stop; \
 	exit $$status

@@ -172,6 +172,8 @@ type ClickHouse struct {
 	// the tables Consume writes, the series table listing from series.
 	series sentSeries
 	tables []table
+	// staleLock overrides lockStale (tests).
+	staleLock time.Duration
 }
 
 // ClickHouseOption sets what a ClickHouse sink reports to at construction.

@@ -107,3 +107,60 @@ func TestClusterCookbook(t *testing.T) {
 func TestClusterLoadEventsBounded(t *testing.T) {
 	checkLoadEventsBounded(t, migratedCluster(t))
 }
+
+// TestClusterMigrateConcurrent: two instances connected to different
+// servers of the cluster migrate a fresh database at the same time; the
+// migration lock (a table created ON CLUSTER) lets one apply while the
+// other waits, both succeed, the schema is complete and no lock is left
+// on any server.
+func TestClusterMigrateConcurrent(t *testing.T) {
+	addrs := strings.Split(os.Getenv("NCCLWATCH_TEST_CLICKHOUSE_CLUSTER"), ",")
+	if addrs[0] == "" {
+		t.Skip("NCCLWATCH_TEST_CLICKHOUSE_CLUSTER not set: the cluster tests run in make test-cluster")
+	}
+	name := os.Getenv("NCCLWATCH_TEST_CLICKHOUSE_CLUSTER_NAME")
+	if name == "" {
+		name = "ncclwatch"
+	}
+	db := testDatabase(t)
+	errs := make(chan error, len(addrs))
+	var members []*ClickHouse
+	for _, addr := range addrs {
+		cfg := DefaultClickHouseConfig()
+		cfg.Addr, cfg.Cluster, cfg.Database = []string{addr}, name, db
+		c, err := NewClickHouse(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("NewClickHouse(%s) = %v", addr, err)
+		}
+		members = append(members, c)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := members[0].Exec(ctx, "DROP DATABASE IF EXISTS "+db+" ON CLUSTER '"+name+"'"); err != nil {
+			t.Errorf("drop %s on cluster: %v", db, err)
+		}
+		for _, c := range members {
+			c.Close()
+		}
+	})
+	for _, c := range members {
+		go func() {
+			_, err := c.Migrate(t.Context())
+			errs <- err
+		}()
+	}
+	for range members {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Migrate() on cluster %s = %v", name, err)
+		}
+	}
+	for i, c := range members {
+		if err := c.CheckSchema(t.Context()); err != nil {
+			t.Errorf("%s: CheckSchema() = %v", addrs[i], err)
+		}
+		if n := queryInt(t, c, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = '"+lockTable+"'"); n != 0 {
+			t.Errorf("%s: %s left behind", addrs[i], lockTable)
+		}
+	}
+}

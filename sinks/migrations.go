@@ -433,9 +433,8 @@ ORDER BY version`,
 // Migrate creates the database and the schema_migrations table when
 // missing, then applies, in order, every migration not recorded there, and
 // records each. It returns the versions it applied: none when the schema is
-// current. Concurrent Migrate calls are safe (every statement is
-// idempotent) but may record a version twice, which schema_migrations
-// (a ReplacingMergeTree on version) folds.
+// current. Concurrent Migrate calls apply one at a time (lockMigrations);
+// one that waited returns once the other recorded every migration.
 func (c *ClickHouse) Migrate(ctx context.Context) (applied []int, err error) {
 	return c.migrate(ctx, migrations(c.features))
 }
@@ -452,6 +451,22 @@ func (c *ClickHouse) migrate(ctx context.Context, ms []migration) (applied []int
 
 	done, err := c.appliedMigrations(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("clickhouse migrate: %w", err)
+	}
+	if pending(ms, done) == 0 {
+		return nil, nil
+	}
+	unlock, finished, err := c.lockMigrations(ctx, ms)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse migrate: %w", err)
+	}
+	if finished {
+		return nil, nil
+	}
+	defer unlock()
+	// Read again under the lock: the previous holder may have applied
+	// some of them.
+	if done, err = c.appliedMigrations(ctx); err != nil {
 		return nil, fmt.Errorf("clickhouse migrate: %w", err)
 	}
 	for _, m := range ms {
@@ -521,19 +536,20 @@ func (c *ClickHouse) apply(ctx context.Context, m migration) error {
 }
 
 // unknownTableTries is how often a migration statement that finds a table
-// missing is tried: another instance migrating at the same time may be
-// between the DROP and the CREATE of a view that the statement reads
-// (job_verdicts' recreation), a window of milliseconds.
+// missing (code 60) or being dropped (code 218) is tried: another instance
+// migrating at the same time may be between the DROP and the CREATE of a
+// view that the statement reads (job_verdicts' recreation, which
+// collective_perf_fabric reads), a window of milliseconds.
 const unknownTableTries = 5
 
 // execMigration runs one migration statement, trying it again after a
-// short wait while it fails for a missing table (code 60).
+// short wait while it fails for a missing or dropped table (codes 60, 218).
 func (c *ClickHouse) execMigration(ctx context.Context, s string) error {
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		err := c.exec(ctx, s)
 		var ex *proto.Exception
-		if err == nil || try == unknownTableTries || !errors.As(err, &ex) || ex.Code != 60 {
+		if err == nil || try == unknownTableTries || !errors.As(err, &ex) || (ex.Code != 60 && ex.Code != 218) {
 			return err
 		}
 		select {

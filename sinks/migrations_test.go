@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -333,6 +334,49 @@ func TestClickHouseMigrateConcurrent(t *testing.T) {
 	want := len(migrations(first.features))
 	if got := queryInt(t, first, "SELECT count() FROM "+first.cfg.Database+".schema_migrations FINAL"); got != uint64(want) {
 		t.Errorf("schema_migrations FINAL = %d rows; want %d", got, want)
+	}
+	if got := queryInt(t, first, "SELECT count() FROM system.tables WHERE database = '"+first.cfg.Database+"' AND name = '"+lockTable+"'"); got != 0 {
+		t.Errorf("%s left behind after the migrations", lockTable)
+	}
+}
+
+// TestClickHouseMigrateStaleLock: a migration lock left by a process that
+// died while migrating is taken over once no migration was recorded for
+// lockStale, and the schema is then complete; a fresh lock is waited for.
+func TestClickHouseMigrateStaleLock(t *testing.T) {
+	c := newTestClickHouse(t)
+	c.staleLock = 3 * time.Second
+	for _, s := range []string{
+		"CREATE DATABASE IF NOT EXISTS " + c.cfg.Database,
+		"CREATE TABLE " + c.cfg.Database + "." + lockTable + " (holder String) ENGINE = Memory",
+	} {
+		if err := c.conn.Exec(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	_, err := c.Migrate(ctx)
+	cancel()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Migrate() under a fresh lock = %v; want it to wait until its context ends", err)
+	}
+	c.staleLock = 30 * time.Second // the lock is 1 s old
+	ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
+	_, err = c.Migrate(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Migrate() took a lock that is not stale")
+	}
+	c.staleLock = 3 * time.Second
+	applied, err := c.Migrate(t.Context())
+	if err != nil {
+		t.Fatalf("Migrate() after the lock went stale = %v", err)
+	}
+	if want := len(migrations(c.features)); len(applied) != want {
+		t.Errorf("Migrate() applied %d migrations; want %d", len(applied), want)
+	}
+	if err := c.CheckSchema(t.Context()); err != nil {
+		t.Errorf("CheckSchema() = %v", err)
 	}
 }
 
